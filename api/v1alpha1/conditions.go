@@ -1,0 +1,68 @@
+package v1alpha1
+
+// Condition types. Ready summarises the others and is what Cluster API
+// mirrors into the owner's InfrastructureReady condition.
+const (
+	// ReadyCondition is true when the object is fully provisioned and
+	// healthy, and reports deletion while it runs.
+	ReadyCondition = "Ready"
+	// PausedCondition reports whether reconciliation is paused.
+	PausedCondition = "Paused"
+
+	// LoadBalancerAvailableCondition: the cluster's network and HAProxy
+	// container exist and the control-plane endpoint is set.
+	LoadBalancerAvailableCondition = "LoadBalancerAvailable"
+
+	// LaunchedCondition: the machine's container exists and runs.
+	LaunchedCondition = "Launched"
+	// BootstrappedCondition: the bootstrap data ran to its sentinel file.
+	BootstrappedCondition = "Bootstrapped"
+	// RegisteredCondition: a Node with the machine's providerID exists.
+	RegisteredCondition = "Registered"
+	// InitializedCondition: the Node is Ready, untainted and has pod CIDRs.
+	InitializedCondition = "Initialized"
+	// PodCIDRAllocatedCondition: CAPCT's node IPAM allocated the machine's
+	// pod CIDRs.
+	PodCIDRAllocatedCondition = "PodCIDRAllocated"
+)
+
+// Condition reasons.
+const (
+	// WaitingForClusterInfrastructureReason: the ContainerCluster is not
+	// provisioned yet.
+	WaitingForClusterInfrastructureReason = "WaitingForClusterInfrastructure"
+	// WaitingForBootstrapDataReason: the bootstrap provider has not written
+	// the data secret yet.
+	WaitingForBootstrapDataReason = "WaitingForBootstrapData"
+	// WaitingForOwnerReason: no Machine or Cluster owns the object yet.
+	WaitingForOwnerReason = "WaitingForOwner"
+	// ContainerMissingReason: the container disappeared out of band. CAPCT
+	// does not silently recreate it.
+	ContainerMissingReason = "ContainerMissing"
+	// LaunchFailedReason: the container could not be created or started.
+	LaunchFailedReason = "LaunchFailed"
+	// InvalidSpecReason: the input can never succeed (an unparseable version,
+	// malformed bootstrap data); retrying will not help.
+	InvalidSpecReason = "InvalidSpec"
+	// InProgressReason: the phase is running.
+	InProgressReason = "InProgress"
+	// SucceededReason: the phase finished.
+	SucceededReason = "Succeeded"
+	// FailedReason: the phase failed and will be retried.
+	FailedReason = "Failed"
+	// TimedOutReason: the phase exceeded its timeout; terminal.
+	TimedOutReason = "TimedOut"
+	// NodeNotFoundReason: no Node with the machine's providerID or name.
+	NodeNotFoundReason = "NodeNotFound"
+	// NodeNotReadyReason: the Node exists but is not Ready.
+	NodeNotReadyReason = "NodeNotReady"
+	// ExhaustedReason: the cluster's pod network has no free node CIDR.
+	ExhaustedReason = "Exhausted"
+	// PodCIDRConflictReason: the Node already holds other pod CIDRs; CAPCT
+	// does not fight an immutable field.
+	PodCIDRConflictReason = "PodCIDRConflict"
+	// DeletingReason: deletion is in progress.
+	DeletingReason = "Deleting"
+	// DisabledReason: the feature is turned off.
+	DisabledReason = "Disabled"
+)

@@ -1,0 +1,189 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+)
+
+// ClusterFinalizer lets the ContainerCluster controller remove the load
+// balancer and the network before the object goes.
+const ClusterFinalizer = "containercluster.infrastructure.cluster.x-k8s.io"
+
+// ContainerClusterSpec is the desired state of a ContainerCluster.
+type ContainerClusterSpec struct {
+	// controlPlaneEndpoint is where the workload cluster's API server is
+	// reached. CAPCT sets it to its load balancer's address when it is empty.
+	// +optional
+	ControlPlaneEndpoint clusterv1.APIEndpoint `json:"controlPlaneEndpoint,omitempty,omitzero"`
+
+	// failureDomains are copied to status. On one container host they only
+	// label containers; they are kept so that templates from other providers
+	// work unchanged.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=100
+	FailureDomains []clusterv1.FailureDomain `json:"failureDomains,omitempty"`
+
+	// loadBalancer configures the HAProxy container in front of the control
+	// plane.
+	// +optional
+	LoadBalancer LoadBalancerSpec `json:"loadBalancer,omitempty,omitzero"`
+
+	// network configures the cluster's container network and pod CIDR
+	// allocation.
+	// +optional
+	Network NetworkSpec `json:"network,omitempty,omitzero"`
+}
+
+// LoadBalancerSpec configures the control-plane load balancer.
+type LoadBalancerSpec struct {
+	// image of the HAProxy container. Defaults to the kindest/haproxy image
+	// that users of container providers already have.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[^\s]+$`
+	Image string `json:"image,omitempty"`
+
+	// customHAProxyConfigTemplateRef names a ConfigMap whose key "value" holds
+	// a Go template that replaces the default HAProxy configuration.
+	// +optional
+	CustomHAProxyConfigTemplateRef *LocalObjectReference `json:"customHAProxyConfigTemplateRef,omitempty"`
+}
+
+// NetworkSpec configures a cluster's container network.
+type NetworkSpec struct {
+	// name of the container network. Defaults to the cluster's name prefixed
+	// with "capct-".
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`
+	Name string `json:"name,omitempty"`
+
+	// ipFamily of the container network. Defaults to the families of the
+	// Cluster's pod CIDRs, or IPv4.
+	// +optional
+	IPFamily IPFamily `json:"ipFamily,omitempty"`
+
+	// podCIDRAllocation configures CAPCT's node IPAM.
+	// +optional
+	PodCIDRAllocation PodCIDRAllocation `json:"podCIDRAllocation,omitempty,omitzero"`
+}
+
+// PodCIDRAllocation configures how CAPCT hands each node a slice of the
+// Cluster's pod network (spec.clusterNetwork.pods.cidrBlocks).
+type PodCIDRAllocation struct {
+	// enabled turns CAPCT's node IPAM on. When it is off, another allocator
+	// (for example kube-controller-manager) must assign pod CIDRs. Defaults to
+	// true.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// nodeMaskSizeIPv4 is the prefix length of each node's IPv4 pod CIDR.
+	// Defaults to 24.
+	// +optional
+	// +kubebuilder:validation:Minimum=8
+	// +kubebuilder:validation:Maximum=30
+	NodeMaskSizeIPv4 int32 `json:"nodeMaskSizeIPv4,omitempty"`
+
+	// nodeMaskSizeIPv6 is the prefix length of each node's IPv6 pod CIDR.
+	// Defaults to 64.
+	// +optional
+	// +kubebuilder:validation:Minimum=48
+	// +kubebuilder:validation:Maximum=126
+	NodeMaskSizeIPv6 int32 `json:"nodeMaskSizeIPv6,omitempty"`
+}
+
+// ContainerClusterStatus is the observed state of a ContainerCluster.
+type ContainerClusterStatus struct {
+	// conditions of the ContainerCluster: Ready, LoadBalancerAvailable, Paused.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// initialization reports the cluster's provisioning, per the Cluster API
+	// contract.
+	// +optional
+	Initialization ClusterInitializationStatus `json:"initialization,omitempty,omitzero"`
+
+	// failureDomains are the failure domains machines may be placed in.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=100
+	FailureDomains []clusterv1.FailureDomain `json:"failureDomains,omitempty"`
+
+	// loadBalancer reports where the load balancer can be reached.
+	// +optional
+	LoadBalancer LoadBalancerStatus `json:"loadBalancer,omitempty,omitzero"`
+}
+
+// ClusterInitializationStatus reports a ContainerCluster's provisioning.
+// +kubebuilder:validation:MinProperties=1
+type ClusterInitializationStatus struct {
+	// provisioned is true once the network and load balancer exist and the
+	// control-plane endpoint is set.
+	// +optional
+	Provisioned *bool `json:"provisioned,omitempty"`
+}
+
+// LoadBalancerStatus reports the load balancer's addresses.
+// +kubebuilder:validation:MinProperties=1
+type LoadBalancerStatus struct {
+	// hostPort is the port published on 127.0.0.1 of the container host, for
+	// reaching the API server from the host itself.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	HostPort int32 `json:"hostPort,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=containerclusters,scope=Namespaced,categories=cluster-api,shortName=ccl
+// +kubebuilder:storageversion
+// +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Cluster",type="string",JSONPath=".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",description="Cluster"
+// +kubebuilder:printcolumn:name="Endpoint",type="string",JSONPath=".spec.controlPlaneEndpoint.host",description="Control-plane endpoint host"
+// +kubebuilder:printcolumn:name="Provisioned",type="string",JSONPath=".status.initialization.provisioned",description="Network and load balancer are ready"
+// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+
+// ContainerCluster is the infrastructure of a Cluster whose machines are
+// containers: a container network and a load balancer in front of the
+// control plane.
+type ContainerCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(oldSelf.controlPlaneEndpoint) || !has(oldSelf.controlPlaneEndpoint.host) || (has(self.controlPlaneEndpoint) && self.controlPlaneEndpoint == oldSelf.controlPlaneEndpoint)",message="controlPlaneEndpoint is immutable once set"
+	Spec ContainerClusterSpec `json:"spec,omitempty"`
+	// +optional
+	Status ContainerClusterStatus `json:"status,omitempty"`
+}
+
+// GetConditions returns the conditions, for CAPI's condition utilities.
+func (c *ContainerCluster) GetConditions() []metav1.Condition { return c.Status.Conditions }
+
+// SetConditions sets the conditions, for CAPI's condition utilities.
+func (c *ContainerCluster) SetConditions(conditions []metav1.Condition) {
+	c.Status.Conditions = conditions
+}
+
+// +kubebuilder:object:root=true
+
+// ContainerClusterList is a list of ContainerClusters.
+type ContainerClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ContainerCluster `json:"items"`
+}
+
+func init() {
+	schemeBuilder.Register(&ContainerCluster{}, &ContainerClusterList{})
+}

@@ -1,0 +1,175 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+)
+
+const (
+	// MachineFinalizer lets the ContainerMachine controller delete the
+	// container, and release the machine's pod CIDRs, before the object goes.
+	MachineFinalizer = "containermachine.infrastructure.cluster.x-k8s.io"
+
+	// PodCIDRsAnnotation records the pod CIDRs allocated to a machine, comma
+	// separated. It lives in metadata, not status, because clusterctl move
+	// does not carry status and the allocator is rebuilt from it.
+	PodCIDRsAnnotation = "container.infrastructure.cluster.x-k8s.io/pod-cidrs"
+)
+
+// ContainerMachineSpec is the desired state of a ContainerMachine.
+type ContainerMachineSpec struct {
+	// providerID is container:///<container name>; CAPCT sets it once the
+	// container runs, and the Node carries the same value.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('container:///')",message="providerID must start with container:///"
+	ProviderID string `json:"providerID,omitempty"`
+
+	// image of the node container. When empty CAPCT picks the node image of
+	// the Machine's Kubernetes version.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[^\s]+$`
+	Image string `json:"image,omitempty"`
+
+	// extraMounts are host paths mounted into the container.
+	// +optional
+	// +listType=map
+	// +listMapKey=containerPath
+	// +kubebuilder:validation:MaxItems=32
+	ExtraMounts []Mount `json:"extraMounts,omitempty"`
+
+	// preLoadImages are copied from the container host into the node's
+	// containerd before bootstrap, so that nodes need no registry for them.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=512
+	PreLoadImages []string `json:"preLoadImages,omitempty"`
+
+	// resources limit the container's CPUs and memory.
+	// +optional
+	Resources *MachineResources `json:"resources,omitempty"`
+
+	// lifecycle holds the timeouts of the machine's lifecycle phases.
+	// +optional
+	Lifecycle MachineLifecycle `json:"lifecycle,omitempty,omitzero"`
+}
+
+// ContainerMachineStatus is the observed state of a ContainerMachine.
+type ContainerMachineStatus struct {
+	// conditions of the machine: Launched, Bootstrapped, Registered,
+	// Initialized, PodCIDRAllocated, Ready and Paused.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// initialization reports the machine's provisioning, per the Cluster API
+	// contract.
+	// +optional
+	Initialization MachineInitializationStatus `json:"initialization,omitempty,omitzero"`
+
+	// addresses of the machine: its hostname and one InternalIP per family.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Addresses []clusterv1.MachineAddress `json:"addresses,omitempty"`
+
+	// failureDomain the machine was placed in, from its Machine.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	FailureDomain string `json:"failureDomain,omitempty"`
+
+	// podCIDRs allocated to the machine's Node, one per family.
+	// +optional
+	// +kubebuilder:validation:MaxItems=2
+	PodCIDRs []string `json:"podCIDRs,omitempty"`
+
+	// phase summarises the conditions for people; it is derived from them
+	// and drives nothing.
+	// +optional
+	Phase MachinePhase `json:"phase,omitempty"`
+}
+
+// MachineInitializationStatus reports a ContainerMachine's provisioning.
+// +kubebuilder:validation:MinProperties=1
+type MachineInitializationStatus struct {
+	// provisioned is true once the container runs its bootstrap data
+	// successfully and providerID and addresses are set.
+	// +optional
+	Provisioned *bool `json:"provisioned,omitempty"`
+}
+
+// MachinePhase is a one-word summary of a ContainerMachine's conditions.
+type MachinePhase string
+
+const (
+	// MachinePhasePending: nothing has been launched yet.
+	MachinePhasePending MachinePhase = "Pending"
+	// MachinePhaseLaunched: the container runs; bootstrap has not finished.
+	MachinePhaseLaunched MachinePhase = "Launched"
+	// MachinePhaseBootstrapped: bootstrap finished; no Node yet.
+	MachinePhaseBootstrapped MachinePhase = "Bootstrapped"
+	// MachinePhaseRegistered: the Node exists but is not initialized.
+	MachinePhaseRegistered MachinePhase = "Registered"
+	// MachinePhaseRunning: the Node is Ready and initialized.
+	MachinePhaseRunning MachinePhase = "Running"
+	// MachinePhaseFailed: a phase failed for good; the machine must be
+	// replaced.
+	MachinePhaseFailed MachinePhase = "Failed"
+	// MachinePhaseDeleting: deletion has started.
+	MachinePhaseDeleting MachinePhase = "Deleting"
+)
+
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=containermachines,scope=Namespaced,categories=cluster-api,shortName=cm
+// +kubebuilder:storageversion
+// +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Cluster",type="string",JSONPath=".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",description="Cluster"
+// +kubebuilder:printcolumn:name="Phase",type="string",JSONPath=".status.phase",description="Lifecycle phase"
+// +kubebuilder:printcolumn:name="Provider ID",type="string",JSONPath=".spec.providerID",priority=10
+// +kubebuilder:printcolumn:name="IP",type="string",JSONPath=`.status.addresses[?(@.type=="InternalIP")].address`,priority=10
+// +kubebuilder:printcolumn:name="Pod CIDRs",type="string",JSONPath=".status.podCIDRs",priority=10
+// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+
+// ContainerMachine is a Cluster API Machine's infrastructure: one container
+// running a Kubernetes node.
+type ContainerMachine struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image)",message="image is immutable: replace the machine to change it"
+	// +kubebuilder:validation:XValidation:rule="!has(oldSelf.providerID) || (has(self.providerID) && self.providerID == oldSelf.providerID)",message="providerID is immutable once set"
+	Spec ContainerMachineSpec `json:"spec,omitempty"`
+	// +optional
+	Status ContainerMachineStatus `json:"status,omitempty"`
+}
+
+// GetConditions returns the conditions, for CAPI's condition utilities.
+func (m *ContainerMachine) GetConditions() []metav1.Condition { return m.Status.Conditions }
+
+// SetConditions sets the conditions, for CAPI's condition utilities.
+func (m *ContainerMachine) SetConditions(conditions []metav1.Condition) {
+	m.Status.Conditions = conditions
+}
+
+// +kubebuilder:object:root=true
+
+// ContainerMachineList is a list of ContainerMachines.
+type ContainerMachineList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ContainerMachine `json:"items"`
+}
+
+func init() {
+	schemeBuilder.Register(&ContainerMachine{}, &ContainerMachineList{})
+}

@@ -1,0 +1,173 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+)
+
+// MachinePoolFinalizer lets the ContainerMachinePool controller remove its
+// machines before the object goes.
+const MachinePoolFinalizer = "containermachinepool.infrastructure.cluster.x-k8s.io"
+
+// ContainerMachinePoolSpec is the desired state of a ContainerMachinePool.
+type ContainerMachinePoolSpec struct {
+	// template is the spec of every ContainerMachine of the pool. Changing
+	// its image replaces the machines according to strategy.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="!has(self.providerID)",message="providerID is set per machine and cannot be templated"
+	Template infrav1.ContainerMachineSpec `json:"template"`
+
+	// strategy bounds how a rolling replacement proceeds.
+	// +optional
+	Strategy RollingUpdate `json:"strategy,omitempty,omitzero"`
+
+	// providerID identifies the pool as a whole.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	ProviderID string `json:"providerID,omitempty"`
+
+	// providerIDList is the sorted list of the pool's machines' provider
+	// IDs. CAPCT keeps it current; Cluster API uses it to match Nodes.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10000
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=512
+	ProviderIDList []string `json:"providerIDList,omitempty"`
+}
+
+// RollingUpdate bounds a rolling replacement of a pool's machines.
+// +kubebuilder:validation:XValidation:rule="!has(self.maxSurge) || !has(self.maxUnavailable) || self.maxSurge != 0 || self.maxUnavailable != 0",message="maxSurge and maxUnavailable cannot both be zero"
+type RollingUpdate struct {
+	// maxSurge is how many machines may exist above the desired replicas
+	// during a replacement, as a number or a percentage. Defaults to 1.
+	// +optional
+	MaxSurge *intstr.IntOrString `json:"maxSurge,omitempty"`
+
+	// maxUnavailable is how many machines may be unavailable during a
+	// replacement, as a number or a percentage. Defaults to 0.
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
+// ContainerMachinePoolStatus is the observed state of a ContainerMachinePool.
+type ContainerMachinePoolStatus struct {
+	// conditions of the pool: Ready and Paused.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// initialization reports the pool's provisioning, per the Cluster API
+	// contract.
+	// +optional
+	Initialization PoolInitializationStatus `json:"initialization,omitempty,omitzero"`
+
+	// ready is true when the replicas match and all are provisioned. Cluster
+	// API v1.13 still reads it for MachinePools, so it is kept beside
+	// initialization.provisioned.
+	// +optional
+	Ready bool `json:"ready"`
+
+	// replicas is the number of machines of the pool.
+	// +optional
+	Replicas int32 `json:"replicas"`
+
+	// infrastructureMachineKind tells Cluster API that the pool's machines are
+	// ContainerMachines (MachinePool Machines).
+	// +optional
+	InfrastructureMachineKind string `json:"infrastructureMachineKind,omitempty"`
+
+	// instances describes each machine of the pool.
+	// +optional
+	// +listType=map
+	// +listMapKey=instanceName
+	// +kubebuilder:validation:MaxItems=10000
+	Instances []ContainerMachinePoolInstance `json:"instances,omitempty"`
+
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// PoolInitializationStatus reports a ContainerMachinePool's provisioning.
+// +kubebuilder:validation:MinProperties=1
+type PoolInitializationStatus struct {
+	// provisioned is true when the replicas match and all are provisioned.
+	// +optional
+	Provisioned *bool `json:"provisioned,omitempty"`
+}
+
+// ContainerMachinePoolInstance describes one machine of a pool.
+type ContainerMachinePoolInstance struct {
+	// instanceName is the name of the machine's container.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	InstanceName string `json:"instanceName"`
+
+	// providerID of the machine.
+	// +optional
+	ProviderID string `json:"providerID,omitempty"`
+
+	// addresses of the machine.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Addresses []clusterv1.MachineAddress `json:"addresses,omitempty"`
+
+	// version is the Kubernetes version the machine runs.
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// ready is true when the machine is provisioned.
+	// +optional
+	Ready bool `json:"ready"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=containermachinepools,scope=Namespaced,categories=cluster-api,shortName=cmp
+// +kubebuilder:storageversion
+// +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Cluster",type="string",JSONPath=".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",description="Cluster"
+// +kubebuilder:printcolumn:name="Replicas",type="integer",JSONPath=".status.replicas"
+// +kubebuilder:printcolumn:name="Ready",type="boolean",JSONPath=".status.ready"
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+
+// ContainerMachinePool is the infrastructure of a MachinePool: a set of
+// ContainerMachines, one container each.
+type ContainerMachinePool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec ContainerMachinePoolSpec `json:"spec,omitempty"`
+	// +optional
+	Status ContainerMachinePoolStatus `json:"status,omitempty"`
+}
+
+// GetConditions returns the conditions, for CAPI's condition utilities.
+func (p *ContainerMachinePool) GetConditions() []metav1.Condition { return p.Status.Conditions }
+
+// SetConditions sets the conditions, for CAPI's condition utilities.
+func (p *ContainerMachinePool) SetConditions(conditions []metav1.Condition) {
+	p.Status.Conditions = conditions
+}
+
+// +kubebuilder:object:root=true
+
+// ContainerMachinePoolList is a list of ContainerMachinePools.
+type ContainerMachinePoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ContainerMachinePool `json:"items"`
+}
+
+func init() {
+	schemeBuilder.Register(&ContainerMachinePool{}, &ContainerMachinePoolList{})
+}

@@ -1,0 +1,65 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+)
+
+// defaultAPIServerPort is where kubeadm's API servers listen, and so the port
+// of a control-plane endpoint that names only a host.
+const defaultAPIServerPort = 6443
+
+// SetupWithManager registers every CAPCT webhook with the manager's webhook
+// server. All of them are registered whatever the feature gates say, because
+// the CRDs are always installed and an update with no handler would fail.
+func SetupWithManager(mgr ctrl.Manager) error {
+	if err := ctrl.NewWebhookManagedBy(mgr, &infrav1.ContainerCluster{}).
+		WithDefaulter(&containerClusterDefaulter{}).Complete(); err != nil {
+		return fmt.Errorf("failed to set up the ContainerCluster webhook: %w", err)
+	}
+	if err := ctrl.NewWebhookManagedBy(mgr, &infrav1.ContainerMachineTemplate{}).
+		WithValidator(&templateImmutability[*infrav1.ContainerMachineTemplate]{
+			groupKind: infrav1.GroupVersion.WithKind("ContainerMachineTemplate").GroupKind(),
+			spec:      func(t *infrav1.ContainerMachineTemplate) any { return t.Spec.Template.Spec },
+		}).Complete(); err != nil {
+		return fmt.Errorf("failed to set up the ContainerMachineTemplate webhook: %w", err)
+	}
+	if err := ctrl.NewWebhookManagedBy(mgr, &infrav1.ContainerClusterTemplate{}).
+		WithValidator(&templateImmutability[*infrav1.ContainerClusterTemplate]{
+			groupKind: infrav1.GroupVersion.WithKind("ContainerClusterTemplate").GroupKind(),
+			spec:      func(t *infrav1.ContainerClusterTemplate) any { return t.Spec.Template.Spec },
+		}).Complete(); err != nil {
+		return fmt.Errorf("failed to set up the ContainerClusterTemplate webhook: %w", err)
+	}
+	if err := ctrl.NewWebhookManagedBy(mgr, &expinfrav1.ContainerMachinePoolTemplate{}).
+		WithValidator(&templateImmutability[*expinfrav1.ContainerMachinePoolTemplate]{
+			groupKind: expinfrav1.GroupVersion.WithKind("ContainerMachinePoolTemplate").GroupKind(),
+			spec:      func(t *expinfrav1.ContainerMachinePoolTemplate) any { return t.Spec.Template.Spec },
+		}).Complete(); err != nil {
+		return fmt.Errorf("failed to set up the ContainerMachinePoolTemplate webhook: %w", err)
+	}
+	return nil
+}
+
+// +kubebuilder:webhook:verbs=create;update,path=/mutate-infrastructure-cluster-x-k8s-io-v1alpha1-containercluster,mutating=true,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=containerclusters,versions=v1alpha1,name=default.containercluster.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
+// +kubebuilder:webhook:verbs=update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-containermachinetemplate,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=containermachinetemplates,versions=v1alpha1,name=validation.containermachinetemplate.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
+// +kubebuilder:webhook:verbs=update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-containerclustertemplate,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=containerclustertemplates,versions=v1alpha1,name=validation.containerclustertemplate.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
+// +kubebuilder:webhook:verbs=update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-containermachinepooltemplate,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=containermachinepooltemplates,versions=v1alpha1,name=validation.containermachinepooltemplate.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
+
+// containerClusterDefaulter fills the endpoint port when a user gives only a
+// host. The endpoint's type is Cluster API's, so no CRD default marker can
+// reach it.
+type containerClusterDefaulter struct{}
+
+// Default sets spec.controlPlaneEndpoint.port to 6443 when a host is set.
+func (*containerClusterDefaulter) Default(_ context.Context, c *infrav1.ContainerCluster) error {
+	if c.Spec.ControlPlaneEndpoint.Host != "" && c.Spec.ControlPlaneEndpoint.Port == 0 {
+		c.Spec.ControlPlaneEndpoint.Port = defaultAPIServerPort
+	}
+	return nil
+}
