@@ -1,0 +1,243 @@
+// Command manager runs CAPCT's controllers and webhooks: the Cluster API
+// infrastructure provider whose machines are containers.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/logs"
+	logsv1 "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/feature"
+	"sigs.k8s.io/cluster-api/util/flags"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/webhooks"
+)
+
+// options are the manager's flags. Their names and defaults follow CAPD's so
+// that users can move their deployment settings across.
+type options struct {
+	leaderElect               bool
+	leaderElectLeaseDuration  time.Duration
+	leaderElectRenewDeadline  time.Duration
+	leaderElectRetryPeriod    time.Duration
+	watchNamespace            string
+	watchFilter               string
+	profilerAddress           string
+	healthAddr                string
+	concurrency               int
+	clusterCacheConcurrency   int
+	syncPeriod                time.Duration
+	kubeAPIQPS                float32
+	kubeAPIBurst              int
+	clusterCacheClientQPS     float32
+	clusterCacheClientBurst   int
+	webhookPort               int
+	webhookCertDir            string
+	webhookCertName           string
+	webhookKeyName            string
+	managerOptions            flags.ManagerOptions
+	logOptions                *logs.Options
+	gracefulShutdownTimeout   time.Duration
+	containerRuntimeAPITimout time.Duration
+}
+
+func (o *options) addFlags(fs *pflag.FlagSet) {
+	logsv1.AddFlags(o.logOptions, fs)
+	fs.BoolVar(&o.leaderElect, "leader-elect", false,
+		"Enable leader election for the controller manager, so that only one replica reconciles at a time.")
+	fs.DurationVar(&o.leaderElectLeaseDuration, "leader-elect-lease-duration", 15*time.Second,
+		"How long non-leader candidates wait before trying to take over an unrenewed lease.")
+	fs.DurationVar(&o.leaderElectRenewDeadline, "leader-elect-renew-deadline", 10*time.Second,
+		"How long the leader keeps trying to renew its lease before giving it up.")
+	fs.DurationVar(&o.leaderElectRetryPeriod, "leader-elect-retry-period", 2*time.Second,
+		"How long clients wait between leader-election attempts.")
+	fs.StringVar(&o.watchNamespace, "namespace", "",
+		"Namespace the controllers watch. Empty watches every namespace.")
+	fs.StringVar(&o.watchFilter, "watch-filter", "",
+		fmt.Sprintf("Reconcile only objects whose %s label has this value. Empty reconciles all.", clusterv1.WatchLabel))
+	fs.StringVar(&o.profilerAddress, "profiler-address", "",
+		"Bind address of the pprof profiler, e.g. localhost:6060. Empty disables it.")
+	fs.StringVar(&o.healthAddr, "health-addr", ":9440",
+		"Bind address of the health and readiness probes.")
+	fs.IntVar(&o.concurrency, "concurrency", 10,
+		"Number of objects of each kind reconciled at once.")
+	fs.IntVar(&o.clusterCacheConcurrency, "clustercache-concurrency", 100,
+		"Number of workload clusters whose connections are checked at once.")
+	fs.DurationVar(&o.syncPeriod, "sync-period", 10*time.Minute,
+		"Minimum interval at which every watched object is reconciled again.")
+	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 100,
+		"Maximum queries per second to the management cluster's API server.")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 200,
+		"Maximum burst of queries to the management cluster's API server.")
+	fs.Float32Var(&o.clusterCacheClientQPS, "clustercache-client-qps", 20,
+		"Maximum queries per second to each workload cluster's API server.")
+	fs.IntVar(&o.clusterCacheClientBurst, "clustercache-client-burst", 30,
+		"Maximum burst of queries to each workload cluster's API server.")
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443,
+		"Port the webhook server listens on.")
+	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/",
+		"Folder holding the webhook server's certificate and key.")
+	fs.StringVar(&o.webhookCertName, "webhook-cert-name", "tls.crt",
+		"File name of the webhook server's certificate.")
+	fs.StringVar(&o.webhookKeyName, "webhook-key-name", "tls.key",
+		"File name of the webhook server's key.")
+	fs.DurationVar(&o.gracefulShutdownTimeout, "graceful-shutdown-timeout", 30*time.Second,
+		"How long the manager waits for reconciles to finish on shutdown.")
+	fs.DurationVar(&o.containerRuntimeAPITimout, "container-runtime-timeout", 30*time.Second,
+		"Bound on each call to the container runtime, so that a stuck engine cannot hold a worker.")
+	flags.AddManagerOptions(fs, &o.managerOptions)
+	feature.MutableGates.AddFlag(fs)
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	o := &options{logOptions: logs.NewOptions()}
+	fs := pflag.CommandLine
+	fs.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
+	o.addFlags(fs)
+	fs.AddGoFlagSet(flag.CommandLine)
+	if err := fs.Set("v", "2"); err != nil {
+		return fmt.Errorf("failed to set the default log level: %w", err)
+	}
+	pflag.Parse()
+	if err := logsv1.ValidateAndApply(o.logOptions, nil); err != nil {
+		return fmt.Errorf("failed to apply the log options: %w", err)
+	}
+	ctrl.SetLogger(klog.Background())
+	log := ctrl.Log.WithName("setup")
+
+	scheme, err := newScheme()
+	if err != nil {
+		return err
+	}
+	restConfig, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("failed to load the management cluster's kubeconfig: %w", err)
+	}
+	restConfig.QPS = o.kubeAPIQPS
+	restConfig.Burst = o.kubeAPIBurst
+	restConfig.UserAgent = "capct-manager"
+
+	tlsOptions, metricsOptions, err := flags.GetManagerOptions(o.managerOptions)
+	if err != nil {
+		return fmt.Errorf("failed to read the diagnostics and TLS flags: %w", err)
+	}
+	var namespaces map[string]cache.Config
+	if o.watchNamespace != "" {
+		namespaces = map[string]cache.Config{o.watchNamespace: {}}
+	}
+	// Only Secrets that belong to a Cluster (bootstrap data, kubeconfigs) are
+	// cached; everything else would cost memory for nothing.
+	clusterSecret, err := labels.NewRequirement(clusterv1.ClusterNameLabel, selection.Exists, nil)
+	if err != nil {
+		return fmt.Errorf("failed to build the Secret cache selector: %w", err)
+	}
+
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                     scheme,
+		LeaderElection:             o.leaderElect,
+		LeaderElectionID:           "controller-leader-election-capct",
+		LeaderElectionResourceLock: resourcelock.LeasesResourceLock,
+		LeaseDuration:              &o.leaderElectLeaseDuration,
+		RenewDeadline:              &o.leaderElectRenewDeadline,
+		RetryPeriod:                &o.leaderElectRetryPeriod,
+		HealthProbeBindAddress:     o.healthAddr,
+		PprofBindAddress:           o.profilerAddress,
+		Metrics:                    *metricsOptions,
+		GracefulShutdownTimeout:    &o.gracefulShutdownTimeout,
+		Controller:                 config.Controller{CacheSyncTimeout: 5 * time.Minute},
+		Cache: cache.Options{
+			DefaultNamespaces: namespaces,
+			SyncPeriod:        &o.syncPeriod,
+			ByObject:          map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: labels.NewSelector().Add(*clusterSecret)}},
+		},
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}}},
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Port:     o.webhookPort,
+			CertDir:  o.webhookCertDir,
+			CertName: o.webhookCertName,
+			KeyName:  o.webhookKeyName,
+			TLSOpts:  tlsOptions,
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("failed to create the manager: %w", err)
+	}
+
+	ctx := ctrl.SetupSignalHandler()
+	if err := setupChecks(mgr); err != nil {
+		return err
+	}
+	if err := setupReconcilers(ctx, mgr, o); err != nil {
+		return err
+	}
+	if err := webhooks.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	log.Info("Starting manager", "machinePools", feature.Gates.Enabled(feature.MachinePool))
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("manager stopped with an error: %w", err)
+	}
+	return nil
+}
+
+func newScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		clientgoscheme.AddToScheme, clusterv1.AddToScheme, infrav1.AddToScheme, expinfrav1.AddToScheme,
+	} {
+		if err := add(scheme); err != nil {
+			return nil, fmt.Errorf("failed to build the scheme: %w", err)
+		}
+	}
+	return scheme, nil
+}
+
+func setupChecks(mgr ctrl.Manager) error {
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return fmt.Errorf("failed to add the readiness check: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return fmt.Errorf("failed to add the health check: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("failed to add the ping check: %w", err)
+	}
+	return nil
+}
+
+// setupReconcilers registers CAPCT's controllers. The MachinePool controller
+// runs only behind its feature gate, as in Cluster API.
+func setupReconcilers(_ context.Context, _ ctrl.Manager, o *options) error {
+	_ = controller.Options{MaxConcurrentReconciles: o.concurrency}
+	return nil
+}
