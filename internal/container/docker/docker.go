@@ -1,0 +1,709 @@
+// Package docker implements container.Runtime on the Docker Engine API. It is
+// the only package of the repository that imports the Docker client.
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/netip"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	dcontainer "github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/docker/go-connections/nat"
+	"k8s.io/utils/clock"
+
+	"github.com/capct/cluster-api-provider-container/internal/container"
+)
+
+// Runtime is container.Runtime on a Docker Engine.
+type Runtime struct {
+	cli   *client.Client
+	clock clock.WithTicker
+	// statHost reports whether a host path exists (for /lib/modules).
+	statHost func(string) bool
+}
+
+var _ container.Runtime = (*Runtime)(nil)
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	clientOpts []client.Opt
+	clock      clock.WithTicker
+}
+
+// WithClientOpts adds Docker client options after client.FromEnv (e.g.
+// client.WithHost to point elsewhere than DOCKER_HOST).
+func WithClientOpts(opts ...client.Opt) Option {
+	return func(o *options) { o.clientOpts = append(o.clientOpts, opts...) }
+}
+
+// WithClock sets the clock used for event-stream backoff.
+func WithClock(c clock.WithTicker) Option { return func(o *options) { o.clock = c } }
+
+// New returns a Runtime talking to the engine named by the environment
+// (DOCKER_HOST, DOCKER_API_VERSION, DOCKER_CERT_PATH, DOCKER_TLS_VERIFY),
+// negotiating the API version down to what the engine speaks. It does not
+// contact the engine.
+func New(opts ...Option) (*Runtime, error) {
+	o := options{clock: clock.RealClock{}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	copts := append([]client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}, o.clientOpts...)
+	cli, err := client.NewClientWithOpts(copts...)
+	if err != nil {
+		return nil, container.NewError("create", "docker client", "", container.KindInvalid, err)
+	}
+	return &Runtime{cli: cli, clock: o.clock, statHost: func(p string) bool {
+		_, err := os.Stat(p)
+		return err == nil
+	}}, nil
+}
+
+// Client returns the underlying Docker client (for tests and benchmarks).
+func (r *Runtime) Client() *client.Client { return r.cli }
+
+// Close releases the client's resources.
+func (r *Runtime) Close() error { return r.cli.Close() }
+
+// wrap classifies an engine error.
+func wrap(op, object, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *container.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	return container.NewError(op, object, name, classify(err), err)
+}
+
+func classify(err error) container.ErrorKind {
+	switch {
+	case cerrdefs.IsNotFound(err):
+		return container.KindNotFound
+	case cerrdefs.IsConflict(err):
+		return container.KindConflict
+	case cerrdefs.IsInvalidArgument(err):
+		if isPoolOverlap(err) {
+			return container.KindPoolOverlap
+		}
+		return container.KindInvalid
+	case isPoolOverlap(err):
+		return container.KindPoolOverlap
+	case client.IsErrConnectionFailed(err), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENOENT):
+		return container.KindUnreachable
+	case cerrdefs.IsUnavailable(err), cerrdefs.IsDeadlineExceeded(err), errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF):
+		return container.KindTransient
+	}
+	return container.KindUnknown
+}
+
+func isPoolOverlap(err error) bool {
+	m := strings.ToLower(err.Error())
+	return strings.Contains(m, "pool overlaps") || strings.Contains(m, "overlapping") ||
+		strings.Contains(m, "overlaps with")
+}
+
+// ---- networks ----
+
+// EnsureNetwork implements container.Runtime.
+func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec) (container.Network, error) {
+	if spec.Name == "" {
+		return container.Network{}, container.NewError("ensure", "network", "", container.KindInvalid, errors.New("name is empty"))
+	}
+	family := spec.IPFamily
+	if family == "" {
+		family = container.IPv4
+	}
+	if n, err := r.adoptNetwork(ctx, spec); err == nil || !container.IsNotFound(err) {
+		return n, err
+	}
+	var lastErr error
+	for attempt := range container.MaxSubnetAttempts {
+		v4, v6 := container.Subnets(spec.Name, attempt)
+		ipam := &network.IPAM{Driver: "default"}
+		if family.HasIPv4() {
+			ipam.Config = append(ipam.Config, network.IPAMConfig{Subnet: v4.String(), Gateway: container.Gateway(v4).String()})
+		}
+		enable6 := family.HasIPv6()
+		if enable6 {
+			ipam.Config = append(ipam.Config, network.IPAMConfig{Subnet: v6.String(), Gateway: container.Gateway(v6).String()})
+		}
+		_, err := r.cli.NetworkCreate(ctx, spec.Name, network.CreateOptions{
+			Driver:     "bridge",
+			EnableIPv6: &enable6,
+			IPAM:       ipam,
+			Labels:     spec.Labels,
+			Options:    map[string]string{"com.docker.network.bridge.enable_ip_masquerade": "true"},
+		})
+		if err == nil {
+			return r.adoptNetwork(ctx, spec)
+		}
+		if cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "already exists") {
+			// Lost a race with another creator: adopt (or refuse) theirs.
+			return r.adoptNetwork(ctx, spec)
+		}
+		lastErr = wrap("create", "network", spec.Name, err)
+		if !container.IsPoolOverlap(lastErr) {
+			return container.Network{}, lastErr
+		}
+	}
+	return container.Network{}, container.NewError("create", "network", spec.Name, container.KindPoolOverlap,
+		fmt.Errorf("all %d derived subnets overlap existing networks: %w", container.MaxSubnetAttempts, lastErr))
+}
+
+func (r *Runtime) adoptNetwork(ctx context.Context, spec container.NetworkSpec) (container.Network, error) {
+	ni, err := r.cli.NetworkInspect(ctx, spec.Name, network.InspectOptions{})
+	if err != nil {
+		return container.Network{}, wrap("inspect", "network", spec.Name, err)
+	}
+	if ni.Name != spec.Name {
+		// NetworkInspect also matches ID prefixes.
+		return container.Network{}, container.NewError("inspect", "network", spec.Name, container.KindNotFound, errors.New("no such network"))
+	}
+	if !container.MatchesSelector(ni.Labels, spec.Labels) {
+		return container.Network{}, container.NewError("adopt", "network", spec.Name, container.KindConflict,
+			fmt.Errorf("network %q exists with labels %v, not owned by %v", spec.Name, ni.Labels, spec.Labels))
+	}
+	n := container.Network{Name: ni.Name, ID: ni.ID, Labels: ni.Labels}
+	for _, c := range ni.IPAM.Config {
+		p, err := netip.ParsePrefix(c.Subnet)
+		if err != nil {
+			continue
+		}
+		if p.Addr().Is4() {
+			n.IPv4Subnet = p
+		} else {
+			n.IPv6Subnet = p
+		}
+	}
+	return n, nil
+}
+
+// DeleteNetwork implements container.Runtime.
+func (r *Runtime) DeleteNetwork(ctx context.Context, name string) error {
+	err := r.cli.NetworkRemove(ctx, name)
+	if err != nil && cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	return wrap("delete", "network", name, err)
+}
+
+// ---- containers ----
+
+// CreateMachine implements container.Runtime.
+func (r *Runtime) CreateMachine(ctx context.Context, spec container.MachineSpec) (*container.Machine, error) {
+	if spec.Name == "" || spec.Image == "" {
+		return nil, container.NewError("create", "container", spec.Name, container.KindInvalid, errors.New("name and image are required"))
+	}
+	if spec.Labels[container.LabelClusterUID] == "" || spec.Labels[container.LabelMachine] == "" {
+		return nil, container.NewError("create", "container", spec.Name, container.KindInvalid,
+			fmt.Errorf("labels must carry %s and %s", container.LabelClusterUID, container.LabelMachine))
+	}
+	if m, err := r.adopt(ctx, spec); err == nil || !container.IsNotFound(err) {
+		return m, err
+	}
+	cfg, hc, nc := r.configs(spec)
+	_, err := r.cli.ContainerCreate(ctx, cfg, hc, nc, nil, spec.Name)
+	if err != nil {
+		if cerrdefs.IsConflict(err) {
+			// Lost a race with another creator of the same name.
+			return r.adopt(ctx, spec)
+		}
+		return nil, wrap("create", "container", spec.Name, err)
+	}
+	return r.Inspect(ctx, spec.Name)
+}
+
+func (r *Runtime) adopt(ctx context.Context, spec container.MachineSpec) (*container.Machine, error) {
+	m, err := r.Inspect(ctx, spec.Name)
+	if err != nil {
+		return nil, err
+	}
+	if !container.SameOwner(m.Labels, spec.Labels) {
+		return nil, container.NewError("create", "container", spec.Name, container.KindConflict,
+			fmt.Errorf("container %q already exists and is not owned by cluster UID %q machine %q (its labels: %s=%q %s=%q)",
+				spec.Name, spec.Labels[container.LabelClusterUID], spec.Labels[container.LabelMachine],
+				container.LabelClusterUID, m.Labels[container.LabelClusterUID], container.LabelMachine, m.Labels[container.LabelMachine]))
+	}
+	return m, nil
+}
+
+func (r *Runtime) configs(spec container.MachineSpec) (*dcontainer.Config, *dcontainer.HostConfig, *network.NetworkingConfig) {
+	labels := maps.Clone(spec.Labels)
+	if spec.Role != "" {
+		labels[container.LabelRole] = string(spec.Role)
+	}
+	cfg := &dcontainer.Config{
+		Image:        spec.Image,
+		Labels:       labels,
+		Env:          spec.Env,
+		Entrypoint:   spec.Entrypoint,
+		Cmd:          spec.Cmd,
+		ExposedPorts: nat.PortSet{},
+	}
+	hc := &dcontainer.HostConfig{
+		NetworkMode:  dcontainer.NetworkMode(spec.Network),
+		Privileged:   spec.EffectivePrivileged(),
+		PortBindings: nat.PortMap{},
+		Resources: dcontainer.Resources{
+			NanoCPUs: spec.Resources.MilliCPUs * 1_000_000,
+			Memory:   spec.Resources.MemoryBytes,
+		},
+	}
+	for _, m := range spec.ExtraMounts {
+		hc.Binds = append(hc.Binds, bind(m))
+	}
+	for _, p := range spec.PortMappings {
+		proto := p.Protocol
+		if proto == "" {
+			proto = "tcp"
+		}
+		hostIP := p.HostIP
+		if hostIP == "" {
+			hostIP = "127.0.0.1"
+		}
+		port := nat.Port(fmt.Sprintf("%d/%s", p.ContainerPort, proto))
+		cfg.ExposedPorts[port] = struct{}{}
+		hp := ""
+		if p.HostPort != 0 {
+			hp = strconv.Itoa(p.HostPort)
+		}
+		hc.PortBindings[port] = append(hc.PortBindings[port], nat.PortBinding{HostIP: hostIP, HostPort: hp})
+	}
+	if spec.KindNode {
+		cfg.Hostname = spec.Name
+		cfg.Volumes = map[string]struct{}{"/var": {}}
+		hc.SecurityOpt = []string{"seccomp=unconfined", "apparmor=unconfined"}
+		hc.Tmpfs = map[string]string{"/run": "", "/tmp": ""}
+		hc.CgroupnsMode = dcontainer.CgroupnsModePrivate
+		hc.RestartPolicy = dcontainer.RestartPolicy{Name: dcontainer.RestartPolicyOnFailure, MaximumRetryCount: 1}
+		init := false
+		hc.Init = &init
+		if r.statHost("/lib/modules") {
+			hc.Binds = append(hc.Binds, bind(container.Mount{HostPath: "/lib/modules", ContainerPath: "/lib/modules", ReadOnly: true}))
+		}
+		if spec.IPFamily.HasIPv6() {
+			hc.Sysctls = map[string]string{
+				"net.ipv6.conf.all.disable_ipv6": "0",
+				"net.ipv6.conf.all.forwarding":   "1",
+			}
+		}
+	}
+	return cfg, hc, &network.NetworkingConfig{}
+}
+
+func bind(m container.Mount) string {
+	b := m.HostPath + ":" + m.ContainerPath
+	if m.ReadOnly {
+		b += ":ro"
+	}
+	return b
+}
+
+// Start implements container.Runtime.
+func (r *Runtime) Start(ctx context.Context, name string) error {
+	return wrap("start", "container", name, r.cli.ContainerStart(ctx, name, dcontainer.StartOptions{}))
+}
+
+// Stop implements container.Runtime.
+func (r *Runtime) Stop(ctx context.Context, name string, timeout time.Duration) error {
+	secs := int((timeout + time.Second - 1) / time.Second)
+	return wrap("stop", "container", name, r.cli.ContainerStop(ctx, name, dcontainer.StopOptions{Timeout: &secs}))
+}
+
+// Delete implements container.Runtime. Deleting a missing container is not an
+// error.
+func (r *Runtime) Delete(ctx context.Context, name string) error {
+	err := r.cli.ContainerRemove(ctx, name, dcontainer.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil && cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress") {
+		return nil
+	}
+	return wrap("delete", "container", name, err)
+}
+
+// Inspect implements container.Runtime.
+func (r *Runtime) Inspect(ctx context.Context, name string) (*container.Machine, error) {
+	ci, err := r.cli.ContainerInspect(ctx, name)
+	if err != nil {
+		return nil, wrap("inspect", "container", name, err)
+	}
+	m := &container.Machine{
+		Name: strings.TrimPrefix(ci.Name, "/"),
+		ID:   ci.ID,
+	}
+	if ci.Config != nil {
+		m.Image = ci.Config.Image
+		m.Labels = ci.Config.Labels
+	}
+	if ci.State != nil {
+		m.State = container.MachineState(ci.State.Status)
+	}
+	m.Created, _ = time.Parse(time.RFC3339Nano, ci.Created)
+	if ci.HostConfig != nil {
+		m.Network = string(ci.HostConfig.NetworkMode)
+	}
+	if ns := ci.NetworkSettings; ns != nil {
+		if ep, ok := ns.Networks[m.Network]; ok && ep != nil {
+			m.IPv4, _ = netip.ParseAddr(ep.IPAddress)
+			m.IPv6, _ = netip.ParseAddr(ep.GlobalIPv6Address)
+		}
+		m.Ports = ports(ns.Ports)
+	}
+	return m, nil
+}
+
+func ports(pm nat.PortMap) []container.PortBinding {
+	var out []container.PortBinding
+	for p, bs := range pm {
+		for _, b := range bs {
+			hp, _ := strconv.Atoi(b.HostPort)
+			out = append(out, container.PortBinding{ContainerPort: p.Int(), Protocol: p.Proto(), HostIP: b.HostIP, HostPort: hp})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].ContainerPort != out[j].ContainerPort {
+			return out[i].ContainerPort < out[j].ContainerPort
+		}
+		return out[i].HostIP < out[j].HostIP
+	})
+	return out
+}
+
+func labelFilters(selector map[string]string) filters.Args {
+	f := filters.NewArgs(filters.Arg("label", container.LabelClusterUID))
+	for k, v := range selector {
+		f.Add("label", k+"="+v)
+	}
+	return f
+}
+
+// List implements container.Runtime.
+func (r *Runtime) List(ctx context.Context, labelSelector map[string]string) ([]container.Machine, error) {
+	cs, err := r.cli.ContainerList(ctx, dcontainer.ListOptions{All: true, Filters: labelFilters(labelSelector)})
+	if err != nil {
+		return nil, wrap("list", "containers", fmt.Sprint(labelSelector), err)
+	}
+	out := make([]container.Machine, 0, len(cs))
+	for _, c := range cs {
+		if _, ok := c.Labels[container.LabelClusterUID]; !ok || !container.MatchesSelector(c.Labels, labelSelector) {
+			continue
+		}
+		m := container.Machine{ID: c.ID, Image: c.Image, Labels: c.Labels, State: container.MachineState(c.State),
+			Created: time.Unix(c.Created, 0)}
+		if len(c.Names) > 0 {
+			m.Name = strings.TrimPrefix(c.Names[0], "/")
+		}
+		m.Network = c.HostConfig.NetworkMode
+		if c.NetworkSettings != nil {
+			if ep, ok := c.NetworkSettings.Networks[m.Network]; ok && ep != nil {
+				m.IPv4, _ = netip.ParseAddr(ep.IPAddress)
+				m.IPv6, _ = netip.ParseAddr(ep.GlobalIPv6Address)
+			}
+		}
+		for _, p := range c.Ports {
+			if p.PublicPort != 0 {
+				m.Ports = append(m.Ports, container.PortBinding{ContainerPort: int(p.PrivatePort), Protocol: p.Type, HostIP: p.IP, HostPort: int(p.PublicPort)})
+			}
+		}
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// ---- exec and files ----
+
+// Exec implements container.Runtime. On timeout it returns an error for which
+// container.IsTimeout is true and closes the connection; the Docker API has no
+// call to kill an exec'd process, so it may be left running in the container.
+func (r *Runtime) Exec(ctx context.Context, name string, in container.ExecInput) (container.ExecResult, error) {
+	if len(in.Cmd) == 0 {
+		return container.ExecResult{}, container.NewError("exec in", "container", name, container.KindInvalid, errors.New("empty command"))
+	}
+	if in.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, in.Timeout)
+		defer cancel()
+	}
+	op := "exec " + strconv.Quote(strings.Join(in.Cmd, " ")) + " in"
+	timedOut := func(err error) error {
+		if in.Timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return container.NewError(op, "container", name, container.KindTimeout,
+				fmt.Errorf("command did not finish within %s: %w", in.Timeout, errors.Join(context.DeadlineExceeded, err)))
+		}
+		return wrap(op, "container", name, err)
+	}
+	created, err := r.cli.ContainerExecCreate(ctx, name, dcontainer.ExecOptions{
+		Cmd: in.Cmd, Env: in.Env, User: in.User,
+		AttachStdin: in.Stdin != nil, AttachStdout: true, AttachStderr: true,
+	})
+	if err != nil {
+		return container.ExecResult{}, timedOut(err)
+	}
+	hj, err := r.cli.ContainerExecAttach(ctx, created.ID, dcontainer.ExecAttachOptions{})
+	if err != nil {
+		return container.ExecResult{}, timedOut(err)
+	}
+	defer hj.Close()
+
+	stdinErr := make(chan error, 1)
+	if in.Stdin != nil {
+		go func() {
+			_, err := io.Copy(hj.Conn, in.Stdin)
+			if cerr := hj.CloseWrite(); err == nil {
+				err = cerr
+			}
+			stdinErr <- err
+		}()
+	} else {
+		stdinErr <- nil
+	}
+	var stdout, stderr bytes.Buffer
+	outDone := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(&stdout, &stderr, hj.Reader)
+		outDone <- err
+	}()
+	select {
+	case err = <-outDone:
+	case <-ctx.Done():
+		hj.Close()
+		<-outDone
+		return container.ExecResult{}, timedOut(ctx.Err())
+	}
+	if err != nil {
+		return container.ExecResult{}, timedOut(err)
+	}
+	select {
+	case err = <-stdinErr:
+		// A command that exits without reading all of stdin breaks the pipe;
+		// that is its business, not an error of Exec.
+		_ = err
+	default:
+	}
+	ei, err := r.cli.ContainerExecInspect(ctx, created.ID)
+	if err != nil {
+		return container.ExecResult{}, timedOut(err)
+	}
+	return container.ExecResult{ExitCode: ei.ExitCode, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, nil
+}
+
+// WriteFile implements container.Runtime: it sends a tar holding the missing
+// parent directories and the file to the engine's archive API.
+func (r *Runtime) WriteFile(ctx context.Context, name, p string, content []byte, mode os.FileMode) error {
+	op := "write " + strconv.Quote(p) + " in"
+	if !path.IsAbs(p) || path.Clean(p) == "/" {
+		return container.NewError(op, "container", name, container.KindInvalid, errors.New("path must be absolute and name a file"))
+	}
+	p = path.Clean(p)
+	// Find the missing parents so existing directories keep their modes.
+	var missing []string
+	for dir := path.Dir(p); dir != "/"; dir = path.Dir(dir) {
+		_, err := r.cli.ContainerStatPath(ctx, name, dir)
+		if err == nil {
+			break
+		}
+		if !cerrdefs.IsNotFound(err) {
+			return wrap(op, "container", name, err)
+		}
+		missing = append(missing, dir)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	now := time.Now()
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(missing[i], "/") + "/", Mode: 0o755, ModTime: now}); err != nil {
+			return container.NewError(op, "container", name, container.KindUnknown, err)
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(p, "/"), Mode: int64(mode.Perm()), Size: int64(len(content)), ModTime: now}); err != nil {
+		return container.NewError(op, "container", name, container.KindUnknown, err)
+	}
+	if _, err := tw.Write(content); err != nil {
+		return container.NewError(op, "container", name, container.KindUnknown, err)
+	}
+	if err := tw.Close(); err != nil {
+		return container.NewError(op, "container", name, container.KindUnknown, err)
+	}
+	return wrap(op, "container", name, r.cli.CopyToContainer(ctx, name, "/", &buf, dcontainer.CopyToContainerOptions{}))
+}
+
+// ReadFile implements container.Runtime.
+func (r *Runtime) ReadFile(ctx context.Context, name, p string) ([]byte, error) {
+	op := "read " + strconv.Quote(p) + " in"
+	rc, _, err := r.cli.CopyFromContainer(ctx, name, p)
+	if err != nil {
+		return nil, wrap(op, "container", name, err)
+	}
+	defer func() { _ = rc.Close() }()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			if err == io.EOF {
+				err = errors.New("archive holds no file")
+			}
+			return nil, wrap(op, "container", name, err)
+		}
+		if h.Typeflag == tar.TypeDir {
+			return nil, container.NewError(op, "container", name, container.KindInvalid, errors.New("is a directory"))
+		}
+		if h.Typeflag == tar.TypeReg {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				return nil, wrap(op, "container", name, err)
+			}
+			return b, nil
+		}
+	}
+}
+
+// ---- images ----
+
+// ImageExists implements container.Runtime.
+func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
+	_, err := r.cli.ImageInspect(ctx, ref)
+	if err == nil {
+		return true, nil
+	}
+	if cerrdefs.IsNotFound(err) {
+		return false, nil
+	}
+	return false, wrap("inspect", "image", ref, err)
+}
+
+// SaveImages implements container.Runtime.
+func (r *Runtime) SaveImages(ctx context.Context, refs []string) (io.ReadCloser, error) {
+	rc, err := r.cli.ImageSave(ctx, refs)
+	if err != nil {
+		return nil, wrap("save", "images", strings.Join(refs, ","), err)
+	}
+	return rc, nil
+}
+
+// LoadImage implements container.Runtime.
+func (r *Runtime) LoadImage(ctx context.Context, tarball io.Reader) error {
+	resp, err := r.cli.ImageLoad(ctx, tarball, client.ImageLoadWithQuiet(true))
+	if err != nil {
+		return wrap("load", "image", "archive", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var msg struct {
+			Error       string `json:"error"`
+			ErrorDetail *struct {
+				Message string `json:"message"`
+			} `json:"errorDetail"`
+		}
+		if err := dec.Decode(&msg); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return wrap("load", "image", "archive", err)
+		}
+		if msg.Error != "" {
+			return container.NewError("load", "image", "archive", container.KindUnknown, errors.New(msg.Error))
+		}
+	}
+}
+
+// ---- events ----
+
+// Events implements container.Runtime. Stream errors are retried with an
+// exponential backoff (100ms doubling to 5s) timed by the injected clock,
+// resuming from the last event seen so nothing in between is lost.
+func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (<-chan container.Event, error) {
+	// Fail fast when the engine is not there at all.
+	if _, err := r.cli.Ping(ctx); err != nil {
+		return nil, wrap("watch", "events", fmt.Sprint(labelSelector), err)
+	}
+	f := labelFilters(labelSelector)
+	f.Add("type", string(events.ContainerEventType))
+	for _, a := range []container.EventType{container.EventStart, container.EventDie, container.EventDestroy} {
+		f.Add("event", string(a))
+	}
+	out := make(chan container.Event, 64)
+	since := ""
+	go func() {
+		defer close(out)
+		backoff := 100 * time.Millisecond
+		for {
+			sctx, cancel := context.WithCancel(ctx)
+			msgs, errs := r.cli.Events(sctx, events.ListOptions{Filters: f, Since: since})
+			streamErr := func() error {
+				for {
+					select {
+					case <-ctx.Done():
+						return nil
+					case err := <-errs:
+						return err
+					case m := <-msgs:
+						backoff = 100 * time.Millisecond
+						since = strconv.FormatInt(m.TimeNano, 10)
+						// Resume strictly after this event.
+						if m.TimeNano > 0 {
+							since = fmt.Sprintf("%d.%09d", (m.TimeNano+1)/1e9, (m.TimeNano+1)%1e9)
+						}
+						attrs := m.Actor.Attributes
+						labels := map[string]string{}
+						for k, v := range attrs {
+							if k != "name" && k != "image" && k != "exitCode" && k != "signal" && k != "execDuration" {
+								labels[k] = v
+							}
+						}
+						if !container.MatchesSelector(labels, labelSelector) {
+							continue
+						}
+						ev := container.Event{Type: container.EventType(m.Action), Name: attrs["name"], ID: m.Actor.ID,
+							Labels: labels, Time: time.Unix(0, m.TimeNano)}
+						select {
+						case out <- ev:
+						case <-ctx.Done():
+							return nil
+						}
+					}
+				}
+			}()
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			_ = streamErr
+			t := r.clock.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C():
+			}
+			backoff = min(backoff*2, 5*time.Second)
+		}
+	}()
+	return out, nil
+}

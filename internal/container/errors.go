@@ -1,0 +1,123 @@
+package container
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrorKind classifies a runtime error so callers can branch on it.
+type ErrorKind int
+
+const (
+	// KindUnknown is an error that fits no other kind.
+	KindUnknown ErrorKind = iota
+	// KindNotFound: the container, network or image does not exist.
+	KindNotFound
+	// KindConflict: the name is taken by an object CAPCT does not own for
+	// this caller (foreign labels), or the engine reported a conflict.
+	KindConflict
+	// KindUnreachable: the engine could not be reached (socket missing,
+	// connection refused).
+	KindUnreachable
+	// KindTransient: a failure worth retrying as is.
+	KindTransient
+	// KindTimeout: an Exec outlived its ExecInput.Timeout.
+	KindTimeout
+	// KindPoolOverlap: the engine refused a network because its subnet
+	// overlaps an existing one.
+	KindPoolOverlap
+	// KindInvalid: the caller passed an invalid argument.
+	KindInvalid
+)
+
+func (k ErrorKind) String() string {
+	switch k {
+	case KindNotFound:
+		return "NotFound"
+	case KindConflict:
+		return "Conflict"
+	case KindUnreachable:
+		return "Unreachable"
+	case KindTransient:
+		return "Transient"
+	case KindTimeout:
+		return "Timeout"
+	case KindPoolOverlap:
+		return "PoolOverlap"
+	case KindInvalid:
+		return "Invalid"
+	default:
+		return "Unknown"
+	}
+}
+
+// Error is the error every Runtime returns. Its message names the operation
+// and the object, e.g. `failed to inspect container "c1-cp-0": ...`, and it
+// wraps the cause.
+type Error struct {
+	// Op is the operation, e.g. "inspect".
+	Op string
+	// Object is the kind of object, e.g. "container", "network", "image".
+	Object string
+	// Name names the object.
+	Name string
+	// Kind classifies the error.
+	Kind ErrorKind
+	// Err is the cause.
+	Err error
+}
+
+// NewError returns an *Error.
+func NewError(op, object, name string, kind ErrorKind, cause error) *Error {
+	return &Error{Op: op, Object: object, Name: name, Kind: kind, Err: cause}
+}
+
+func (e *Error) Error() string {
+	if e.Name == "" {
+		return fmt.Sprintf("failed to %s %s: %v", e.Op, e.Object, e.Err)
+	}
+	return fmt.Sprintf("failed to %s %s %q: %v", e.Op, e.Object, e.Name, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// KindOf returns the kind of the outermost *Error in err's chain, or
+// KindUnknown.
+func KindOf(err error) ErrorKind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return KindUnknown
+}
+
+// IsNotFound reports whether err says the object does not exist.
+func IsNotFound(err error) bool { return KindOf(err) == KindNotFound }
+
+// IsConflict reports whether err says the name is taken by an object with
+// other owners, or the engine reported a conflict.
+func IsConflict(err error) bool { return KindOf(err) == KindConflict }
+
+// IsUnreachable reports whether err says the engine could not be reached.
+func IsUnreachable(err error) bool { return KindOf(err) == KindUnreachable }
+
+// IsTransient reports whether err is worth retrying as is. An unreachable
+// engine and a pool overlap are transient too.
+func IsTransient(err error) bool {
+	switch KindOf(err) {
+	case KindTransient, KindUnreachable, KindPoolOverlap:
+		return true
+	}
+	return false
+}
+
+// IsTimeout reports whether err says an Exec outlived its timeout.
+func IsTimeout(err error) bool { return KindOf(err) == KindTimeout }
+
+// IsPoolOverlap reports whether err says a network's subnet overlaps an
+// existing one.
+func IsPoolOverlap(err error) bool { return KindOf(err) == KindPoolOverlap }
+
+// IsInvalid reports whether err says the caller passed an invalid argument.
+func IsInvalid(err error) bool { return KindOf(err) == KindInvalid }

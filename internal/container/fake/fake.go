@@ -1,0 +1,685 @@
+// Package fake is an in-memory container.Runtime for fast controller tests.
+// It is safe for concurrent use, assigns addresses from each network's derived
+// subnet, runs Exec through a pluggable handler, streams events, and lets
+// tests inject failures (FailNext) and remove containers out of band
+// (RemoveOutOfBand).
+package fake
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/netip"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/capct/cluster-api-provider-container/internal/container"
+)
+
+// Op names a Runtime method for FailNext.
+type Op string
+
+// Operations that FailNext can fail.
+const (
+	OpEnsureNetwork Op = "EnsureNetwork"
+	OpDeleteNetwork Op = "DeleteNetwork"
+	OpCreateMachine Op = "CreateMachine"
+	OpStart         Op = "Start"
+	OpStop          Op = "Stop"
+	OpDelete        Op = "Delete"
+	OpInspect       Op = "Inspect"
+	OpList          Op = "List"
+	OpExec          Op = "Exec"
+	OpWriteFile     Op = "WriteFile"
+	OpReadFile      Op = "ReadFile"
+	OpImageExists   Op = "ImageExists"
+	OpSaveImages    Op = "SaveImages"
+	OpLoadImage     Op = "LoadImage"
+	OpEvents        Op = "Events"
+)
+
+// ExecHandler runs a command in a fake container. m is a snapshot of the
+// container; files reads the container's files. Return (result, true) to
+// answer, or (_, false) to fall back to the built-ins.
+type ExecHandler func(ctx context.Context, m container.Machine, files map[string][]byte, in container.ExecInput, stdin []byte) (container.ExecResult, bool)
+
+// ExecCall records one Exec.
+type ExecCall struct {
+	// Container is the container's name.
+	Container string
+	// Cmd is the command.
+	Cmd []string
+	// Stdin is what was read from ExecInput.Stdin.
+	Stdin []byte
+}
+
+type fakeNetwork struct {
+	net  container.Network
+	next map[bool]netip.Addr // per family (true = v6): last assigned address
+}
+
+type fakeContainer struct {
+	m     container.Machine
+	spec  container.MachineSpec
+	files map[string][]byte
+}
+
+type subscriber struct {
+	ctx      context.Context
+	selector map[string]string
+	ch       chan container.Event
+}
+
+// Runtime is the in-memory container.Runtime.
+type Runtime struct {
+	mu         sync.Mutex
+	clock      clock.Clock
+	networks   map[string]*fakeNetwork
+	containers map[string]*fakeContainer
+	images     map[string][]byte
+	failures   map[Op][]error
+	subs       []*subscriber
+	handler    ExecHandler
+	execs      []ExecCall
+	nextID     int
+}
+
+var _ container.Runtime = (*Runtime)(nil)
+
+// New returns an empty fake runtime using clk for timestamps (nil means the
+// real clock).
+func New(clk clock.Clock) *Runtime {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Runtime{
+		clock:      clk,
+		networks:   map[string]*fakeNetwork{},
+		containers: map[string]*fakeContainer{},
+		images:     map[string][]byte{},
+		failures:   map[Op][]error{},
+	}
+}
+
+// FailNext makes the next call of op return err (queued per op).
+func (r *Runtime) FailNext(op Op, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failures[op] = append(r.failures[op], err)
+}
+
+// SetExecHandler installs h, consulted before the built-ins.
+func (r *Runtime) SetExecHandler(h ExecHandler) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.handler = h
+}
+
+// ExecCalls returns the Execs recorded so far.
+func (r *Runtime) ExecCalls() []ExecCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]ExecCall(nil), r.execs...)
+}
+
+// AddImage makes ref exist with content as its saved form.
+func (r *Runtime) AddImage(ref string, content []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.images[ref] = content
+}
+
+// RemoveOutOfBand removes the container as `docker rm -f` would behind the
+// controllers' back: it emits die (if running) and destroy events.
+func (r *Runtime) RemoveOutOfBand(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.containers[name]
+	if !ok {
+		return false
+	}
+	r.removeLocked(c)
+	return true
+}
+
+func (r *Runtime) failure(op Op) error {
+	q := r.failures[op]
+	if len(q) == 0 {
+		return nil
+	}
+	r.failures[op] = q[1:]
+	return q[0]
+}
+
+func (r *Runtime) emitLocked(t container.EventType, c *fakeContainer) {
+	ev := container.Event{Type: t, Name: c.m.Name, ID: c.m.ID, Labels: maps.Clone(c.m.Labels), Time: r.clock.Now()}
+	live := r.subs[:0]
+	for _, s := range r.subs {
+		if s.ctx.Err() != nil {
+			close(s.ch)
+			continue
+		}
+		live = append(live, s)
+		if container.MatchesSelector(ev.Labels, s.selector) {
+			select {
+			case s.ch <- ev:
+			default: // A subscriber that lets 1024 events pile up loses some.
+			}
+		}
+	}
+	r.subs = live
+}
+
+func (r *Runtime) removeLocked(c *fakeContainer) {
+	if c.m.State == container.StateRunning {
+		c.m.State = container.StateExited
+		r.emitLocked(container.EventDie, c)
+	}
+	delete(r.containers, c.m.Name)
+	r.emitLocked(container.EventDestroy, c)
+}
+
+func notFound(op, object, name string) error {
+	return container.NewError(op, object, name, container.KindNotFound, fmt.Errorf("no such %s: %s", object, name))
+}
+
+// EnsureNetwork implements container.Runtime.
+func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec) (container.Network, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpEnsureNetwork); err != nil {
+		return container.Network{}, err
+	}
+	if spec.Name == "" {
+		return container.Network{}, container.NewError("ensure", "network", "", container.KindInvalid, errors.New("name is empty"))
+	}
+	if n, ok := r.networks[spec.Name]; ok {
+		if !container.MatchesSelector(n.net.Labels, spec.Labels) {
+			return container.Network{}, container.NewError("adopt", "network", spec.Name, container.KindConflict,
+				fmt.Errorf("network %q exists with labels %v, not owned by %v", spec.Name, n.net.Labels, spec.Labels))
+		}
+		return n.net, nil
+	}
+	family := spec.IPFamily
+	if family == "" {
+		family = container.IPv4
+	}
+	for attempt := range container.MaxSubnetAttempts {
+		v4, v6 := container.Subnets(spec.Name, attempt)
+		if r.overlapsLocked(v4) || (family.HasIPv6() && r.overlapsLocked(v6)) {
+			continue
+		}
+		n := container.Network{Name: spec.Name, ID: r.newID(), Labels: maps.Clone(spec.Labels)}
+		if family.HasIPv4() || family == container.IPv6 { // bridge networks always get IPv4
+			n.IPv4Subnet = v4
+		}
+		if family.HasIPv6() {
+			n.IPv6Subnet = v6
+		}
+		r.networks[spec.Name] = &fakeNetwork{net: n, next: map[bool]netip.Addr{}}
+		return n, nil
+	}
+	return container.Network{}, container.NewError("create", "network", spec.Name, container.KindPoolOverlap,
+		fmt.Errorf("all %d derived subnets overlap existing networks", container.MaxSubnetAttempts))
+}
+
+func (r *Runtime) overlapsLocked(p netip.Prefix) bool {
+	for _, n := range r.networks {
+		for _, q := range []netip.Prefix{n.net.IPv4Subnet, n.net.IPv6Subnet} {
+			if q.IsValid() && q.Overlaps(p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (r *Runtime) newID() string {
+	r.nextID++
+	return fmt.Sprintf("%064x", r.nextID)
+}
+
+// DeleteNetwork implements container.Runtime.
+func (r *Runtime) DeleteNetwork(ctx context.Context, name string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpDeleteNetwork); err != nil {
+		return err
+	}
+	for _, c := range r.containers {
+		if c.m.Network == name {
+			return container.NewError("delete", "network", name, container.KindConflict,
+				fmt.Errorf("network has active endpoint %q", c.m.Name))
+		}
+	}
+	delete(r.networks, name)
+	return nil
+}
+
+// CreateMachine implements container.Runtime.
+func (r *Runtime) CreateMachine(ctx context.Context, spec container.MachineSpec) (*container.Machine, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpCreateMachine); err != nil {
+		return nil, err
+	}
+	if spec.Name == "" || spec.Image == "" {
+		return nil, container.NewError("create", "container", spec.Name, container.KindInvalid, errors.New("name and image are required"))
+	}
+	if spec.Labels[container.LabelClusterUID] == "" || spec.Labels[container.LabelMachine] == "" {
+		return nil, container.NewError("create", "container", spec.Name, container.KindInvalid,
+			fmt.Errorf("labels must carry %s and %s", container.LabelClusterUID, container.LabelMachine))
+	}
+	if c, ok := r.containers[spec.Name]; ok {
+		if !container.SameOwner(c.m.Labels, spec.Labels) {
+			return nil, container.NewError("create", "container", spec.Name, container.KindConflict,
+				fmt.Errorf("container %q already exists and is not owned by cluster UID %q machine %q (its labels: %s=%q %s=%q)",
+					spec.Name, spec.Labels[container.LabelClusterUID], spec.Labels[container.LabelMachine],
+					container.LabelClusterUID, c.m.Labels[container.LabelClusterUID], container.LabelMachine, c.m.Labels[container.LabelMachine]))
+		}
+		return snapshot(c), nil
+	}
+	if _, ok := r.networks[spec.Network]; !ok && spec.Network != "" {
+		return nil, container.NewError("create", "container", spec.Name, container.KindNotFound,
+			fmt.Errorf("network %s not found", spec.Network))
+	}
+	labels := maps.Clone(spec.Labels)
+	if spec.Role != "" {
+		labels[container.LabelRole] = string(spec.Role)
+	}
+	c := &fakeContainer{spec: spec, files: map[string][]byte{}, m: container.Machine{
+		Name: spec.Name, ID: r.newID(), Image: spec.Image, Labels: labels, State: container.StateCreated,
+		Network: spec.Network, Created: r.clock.Now(),
+	}}
+	r.containers[spec.Name] = c
+	return snapshot(c), nil
+}
+
+func snapshot(c *fakeContainer) *container.Machine {
+	m := c.m
+	m.Labels = maps.Clone(c.m.Labels)
+	m.Ports = append([]container.PortBinding(nil), c.m.Ports...)
+	return &m
+}
+
+func (r *Runtime) get(op, name string) (*fakeContainer, error) {
+	c, ok := r.containers[name]
+	if !ok {
+		return nil, notFound(op, "container", name)
+	}
+	return c, nil
+}
+
+// Start implements container.Runtime.
+func (r *Runtime) Start(ctx context.Context, name string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpStart); err != nil {
+		return err
+	}
+	c, err := r.get("start", name)
+	if err != nil {
+		return err
+	}
+	if c.m.State == container.StateRunning {
+		return nil
+	}
+	if n, ok := r.networks[c.m.Network]; ok {
+		c.m.IPv4 = r.allocLocked(n, n.net.IPv4Subnet, false)
+		c.m.IPv6 = r.allocLocked(n, n.net.IPv6Subnet, true)
+	}
+	c.m.Ports = nil
+	for i, p := range c.spec.PortMappings {
+		hp := p.HostPort
+		if hp == 0 {
+			hp = 32768 + (len(r.containers)*8+i)%28000
+		}
+		ip, proto := p.HostIP, p.Protocol
+		if ip == "" {
+			ip = "127.0.0.1"
+		}
+		if proto == "" {
+			proto = "tcp"
+		}
+		c.m.Ports = append(c.m.Ports, container.PortBinding{ContainerPort: p.ContainerPort, Protocol: proto, HostIP: ip, HostPort: hp})
+	}
+	c.m.State = container.StateRunning
+	r.emitLocked(container.EventStart, c)
+	return nil
+}
+
+// allocLocked returns the next free address of p (skipping the gateway).
+func (r *Runtime) allocLocked(n *fakeNetwork, p netip.Prefix, v6 bool) netip.Addr {
+	if !p.IsValid() {
+		return netip.Addr{}
+	}
+	used := map[netip.Addr]bool{}
+	for _, c := range r.containers {
+		used[c.m.IPv4], used[c.m.IPv6] = true, true
+	}
+	a := n.next[v6]
+	if !a.IsValid() {
+		a = container.Gateway(p)
+	}
+	for range 1 << 16 {
+		a = a.Next()
+		if !p.Contains(a) {
+			a = container.Gateway(p).Next()
+		}
+		if !used[a] {
+			n.next[v6] = a
+			return a
+		}
+	}
+	return netip.Addr{}
+}
+
+// Stop implements container.Runtime.
+func (r *Runtime) Stop(ctx context.Context, name string, timeout time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpStop); err != nil {
+		return err
+	}
+	c, err := r.get("stop", name)
+	if err != nil {
+		return err
+	}
+	if c.m.State == container.StateRunning {
+		c.m.State = container.StateExited
+		c.m.IPv4, c.m.IPv6 = netip.Addr{}, netip.Addr{}
+		r.emitLocked(container.EventDie, c)
+	}
+	return nil
+}
+
+// Delete implements container.Runtime. Deleting a missing container is not an
+// error.
+func (r *Runtime) Delete(ctx context.Context, name string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpDelete); err != nil {
+		return err
+	}
+	if c, ok := r.containers[name]; ok {
+		r.removeLocked(c)
+	}
+	return nil
+}
+
+// Inspect implements container.Runtime.
+func (r *Runtime) Inspect(ctx context.Context, name string) (*container.Machine, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpInspect); err != nil {
+		return nil, err
+	}
+	c, err := r.get("inspect", name)
+	if err != nil {
+		return nil, err
+	}
+	return snapshot(c), nil
+}
+
+// List implements container.Runtime.
+func (r *Runtime) List(ctx context.Context, labelSelector map[string]string) ([]container.Machine, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpList); err != nil {
+		return nil, err
+	}
+	var out []container.Machine
+	for _, c := range r.containers {
+		if _, ok := c.m.Labels[container.LabelClusterUID]; ok && container.MatchesSelector(c.m.Labels, labelSelector) {
+			out = append(out, *snapshot(c))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Exec implements container.Runtime. It records the call, then asks the
+// handler (SetExecHandler), then the built-ins: true, false, echo, cat (of
+// written files, or of stdin), test -f/-e/-d, sleep (honours the timeout) and
+// `sh -c "exit N"`; anything else exits 0 with no output.
+func (r *Runtime) Exec(ctx context.Context, name string, in container.ExecInput) (container.ExecResult, error) {
+	op := fmt.Sprintf("exec %q in", strings.Join(in.Cmd, " "))
+	var stdin []byte
+	if in.Stdin != nil {
+		b, err := io.ReadAll(in.Stdin)
+		if err != nil {
+			return container.ExecResult{}, container.NewError(op, "container", name, container.KindUnknown, err)
+		}
+		stdin = b
+	}
+	r.mu.Lock()
+	if err := r.failure(OpExec); err != nil {
+		r.mu.Unlock()
+		return container.ExecResult{}, err
+	}
+	if len(in.Cmd) == 0 {
+		r.mu.Unlock()
+		return container.ExecResult{}, container.NewError(op, "container", name, container.KindInvalid, errors.New("empty command"))
+	}
+	c, err := r.get(op, name)
+	if err == nil && c.m.State != container.StateRunning {
+		err = container.NewError(op, "container", name, container.KindConflict, fmt.Errorf("container %s is not running", name))
+	}
+	if err != nil {
+		r.mu.Unlock()
+		return container.ExecResult{}, err
+	}
+	r.execs = append(r.execs, ExecCall{Container: name, Cmd: append([]string(nil), in.Cmd...), Stdin: stdin})
+	m, files, h := *snapshot(c), maps.Clone(c.files), r.handler
+	r.mu.Unlock()
+
+	if h != nil {
+		if res, ok := h(ctx, m, files, in, stdin); ok {
+			return res, nil
+		}
+	}
+	return r.builtin(ctx, op, name, files, in, stdin)
+}
+
+func (r *Runtime) builtin(ctx context.Context, op, name string, files map[string][]byte, in container.ExecInput, stdin []byte) (container.ExecResult, error) {
+	args := in.Cmd
+	switch args[0] {
+	case "true":
+		return container.ExecResult{}, nil
+	case "false":
+		return container.ExecResult{ExitCode: 1}, nil
+	case "echo":
+		return container.ExecResult{Stdout: []byte(strings.Join(args[1:], " ") + "\n")}, nil
+	case "cat":
+		if len(args) == 1 {
+			return container.ExecResult{Stdout: stdin}, nil
+		}
+		var res container.ExecResult
+		for _, p := range args[1:] {
+			b, ok := files[path.Clean(p)]
+			if !ok {
+				res.ExitCode = 1
+				res.Stderr = append(res.Stderr, fmt.Sprintf("cat: can't open '%s': No such file or directory\n", p)...)
+				continue
+			}
+			res.Stdout = append(res.Stdout, b...)
+		}
+		return res, nil
+	case "test", "[":
+		if len(args) >= 3 {
+			p := path.Clean(args[2])
+			_, isFile := files[p]
+			isDir := false
+			for f := range files {
+				if strings.HasPrefix(f, p+"/") {
+					isDir = true
+				}
+			}
+			ok := (args[1] == "-f" && isFile) || (args[1] == "-d" && isDir) || (args[1] == "-e" && (isFile || isDir))
+			if ok {
+				return container.ExecResult{}, nil
+			}
+		}
+		return container.ExecResult{ExitCode: 1}, nil
+	case "sleep":
+		d := time.Hour
+		if len(args) > 1 {
+			if v, err := time.ParseDuration(args[1] + "s"); err == nil {
+				d = v
+			}
+		}
+		if in.Timeout > 0 && in.Timeout < d {
+			t := r.clock.NewTimer(in.Timeout)
+			defer t.Stop()
+			select {
+			case <-t.C():
+				return container.ExecResult{}, container.NewError(op, "container", name, container.KindTimeout,
+					fmt.Errorf("command did not finish within %s: %w", in.Timeout, context.DeadlineExceeded))
+			case <-ctx.Done():
+				return container.ExecResult{}, container.NewError(op, "container", name, container.KindUnknown, ctx.Err())
+			}
+		}
+		return container.ExecResult{}, nil
+	case "sh":
+		if len(args) == 3 && args[1] == "-c" && strings.HasPrefix(args[2], "exit ") {
+			var code int
+			if _, err := fmt.Sscanf(args[2], "exit %d", &code); err == nil {
+				return container.ExecResult{ExitCode: code}, nil
+			}
+		}
+	}
+	return container.ExecResult{}, nil
+}
+
+// WriteFile implements container.Runtime.
+func (r *Runtime) WriteFile(ctx context.Context, name, p string, content []byte, mode os.FileMode) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpWriteFile); err != nil {
+		return err
+	}
+	op := fmt.Sprintf("write %q in", p)
+	if !path.IsAbs(p) || path.Clean(p) == "/" {
+		return container.NewError(op, "container", name, container.KindInvalid, errors.New("path must be absolute and name a file"))
+	}
+	c, err := r.get(op, name)
+	if err != nil {
+		return err
+	}
+	c.files[path.Clean(p)] = bytes.Clone(content)
+	return nil
+}
+
+// ReadFile implements container.Runtime.
+func (r *Runtime) ReadFile(ctx context.Context, name, p string) ([]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpReadFile); err != nil {
+		return nil, err
+	}
+	op := fmt.Sprintf("read %q in", p)
+	c, err := r.get(op, name)
+	if err != nil {
+		return nil, err
+	}
+	b, ok := c.files[path.Clean(p)]
+	if !ok {
+		return nil, container.NewError(op, "container", name, container.KindNotFound, fmt.Errorf("no such file %s", p))
+	}
+	return bytes.Clone(b), nil
+}
+
+// ImageExists implements container.Runtime.
+func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpImageExists); err != nil {
+		return false, err
+	}
+	_, ok := r.images[ref]
+	return ok, nil
+}
+
+// SaveImages implements container.Runtime: the tar holds one file per image,
+// named after its reference, with the bytes given to AddImage.
+func (r *Runtime) SaveImages(ctx context.Context, refs []string) (io.ReadCloser, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpSaveImages); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, ref := range refs {
+		b, ok := r.images[ref]
+		if !ok {
+			return nil, notFound("save", "image", ref)
+		}
+		_ = tw.WriteHeader(&tar.Header{Name: ref, Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg})
+		_, _ = tw.Write(b)
+	}
+	_ = tw.Close()
+	return io.NopCloser(&buf), nil
+}
+
+// LoadImage implements container.Runtime: it reads a tar made by SaveImages.
+func (r *Runtime) LoadImage(ctx context.Context, in io.Reader) error {
+	tr := tar.NewReader(in)
+	loaded := map[string][]byte{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return container.NewError("load", "image", "archive", container.KindInvalid, err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			return container.NewError("load", "image", "archive", container.KindInvalid, err)
+		}
+		loaded[h.Name] = b
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpLoadImage); err != nil {
+		return err
+	}
+	maps.Copy(r.images, loaded)
+	return nil
+}
+
+// Events implements container.Runtime. The channel holds up to 1024 events
+// not yet received; more are dropped.
+func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (<-chan container.Event, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpEvents); err != nil {
+		return nil, err
+	}
+	s := &subscriber{ctx: ctx, selector: maps.Clone(labelSelector), ch: make(chan container.Event, 1024)}
+	r.subs = append(r.subs, s)
+	go func() {
+		<-ctx.Done()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for i, x := range r.subs {
+			if x == s {
+				r.subs = append(r.subs[:i], r.subs[i+1:]...)
+				close(s.ch)
+				return
+			}
+		}
+	}()
+	return s.ch, nil
+}

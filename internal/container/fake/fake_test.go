@@ -1,0 +1,69 @@
+package fake_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/container/fake"
+	"github.com/capct/cluster-api-provider-container/internal/container/runtimetest"
+)
+
+func TestSuite(t *testing.T) {
+	runtimetest.RunSuite(t, func(*testing.T) container.Runtime { return fake.New(nil) }, "fake/busybox:test")
+}
+
+func TestFailNextAndOutOfBandRemoval(t *testing.T) {
+	rt := fake.New(nil)
+	e := runtimetest.NewEnv(t, rt, "img", container.IPv4)
+	boom := container.NewError("start", "container", "x", container.KindTransient, errors.New("boom"))
+	rt.FailNext(fake.OpStart, boom)
+	ctx := context.Background()
+	if _, err := rt.CreateMachine(ctx, e.Spec("m")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(ctx, e.Spec("m").Name); !container.IsTransient(err) {
+		t.Fatalf("want injected transient error, got %v", err)
+	}
+	evctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, _ := rt.Events(evctx, map[string]string{container.LabelClusterUID: e.ClusterUID})
+	if err := rt.Start(ctx, e.Spec("m").Name); err != nil {
+		t.Fatal(err)
+	}
+	if !rt.RemoveOutOfBand(e.Spec("m").Name) {
+		t.Fatal("not removed")
+	}
+	var got []container.EventType
+	for len(got) < 3 {
+		select {
+		case ev := <-ch:
+			got = append(got, ev.Type)
+		case <-time.After(time.Second):
+			t.Fatalf("events %v", got)
+		}
+	}
+	if got[2] != container.EventDestroy {
+		t.Fatalf("events %v", got)
+	}
+	if _, err := rt.Inspect(ctx, e.Spec("m").Name); !container.IsNotFound(err) {
+		t.Fatalf("want not found, got %v", err)
+	}
+}
+
+func TestPreloadImages(t *testing.T) {
+	rt := fake.New(nil)
+	e := runtimetest.NewEnv(t, rt, "img", container.IPv4)
+	rt.AddImage("registry.k8s.io/pause:3.10", []byte("pause-bits"))
+	m := e.Running(t, "node")
+	if err := container.PreloadImages(context.Background(), rt, m.Name, []string{"registry.k8s.io/pause:3.10"}); err != nil {
+		t.Fatal(err)
+	}
+	calls := rt.ExecCalls()
+	last := calls[len(calls)-1]
+	if last.Cmd[0] != "ctr" || len(last.Stdin) == 0 {
+		t.Fatalf("preload exec %+v", last)
+	}
+}

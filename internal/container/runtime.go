@@ -1,0 +1,315 @@
+package container
+
+import (
+	"context"
+	"io"
+	"net/netip"
+	"os"
+	"time"
+)
+
+// Runtime runs CAPCT's machines as containers on one engine. Every method
+// takes a context first and returns errors of type *Error (see IsNotFound,
+// IsConflict, IsUnreachable, IsTransient, IsTimeout). Implementations must be
+// safe for concurrent use.
+type Runtime interface {
+	// EnsureNetwork creates the user-defined bridge network spec.Name, or
+	// adopts an existing one whose labels contain spec.Labels. An existing
+	// network with other labels is a conflict error.
+	EnsureNetwork(ctx context.Context, spec NetworkSpec) (Network, error)
+	// DeleteNetwork removes the network. Deleting a missing network is not
+	// an error.
+	DeleteNetwork(ctx context.Context, name string) error
+
+	// CreateMachine creates (but does not start) the container spec.Name.
+	// It is idempotent: an existing container whose owner labels (cluster
+	// UID and machine) match spec.Labels is adopted and returned; one with
+	// other owners is a conflict error naming the container.
+	CreateMachine(ctx context.Context, spec MachineSpec) (*Machine, error)
+	// Start starts the container. Starting a running container is not an
+	// error.
+	Start(ctx context.Context, name string) error
+	// Stop stops the container, killing it after timeout. Stopping a
+	// stopped container is not an error.
+	Stop(ctx context.Context, name string, timeout time.Duration) error
+	// Delete removes the container by force, with its anonymous volumes.
+	// Deleting a missing container is not an error.
+	Delete(ctx context.Context, name string) error
+	// Inspect returns the container's current state.
+	Inspect(ctx context.Context, name string) (*Machine, error)
+	// List returns the containers created by CAPCT (carrying LabelClusterUID)
+	// whose labels contain every key/value of labelSelector. Use ListOwned,
+	// not List, to find containers to delete.
+	List(ctx context.Context, labelSelector map[string]string) ([]Machine, error)
+
+	// Exec runs in.Cmd in the running container and captures its exit
+	// code, stdout and stderr. A non-zero exit code is not an error. When
+	// in.Timeout passes first, Exec returns an error for which IsTimeout is
+	// true; the process may be left running in the container.
+	Exec(ctx context.Context, name string, in ExecInput) (ExecResult, error)
+	// WriteFile writes content to path in the container (running or not),
+	// creating missing parent directories, without exec.
+	WriteFile(ctx context.Context, name, path string, content []byte, mode os.FileMode) error
+	// ReadFile reads the regular file path from the container, without exec.
+	ReadFile(ctx context.Context, name, path string) ([]byte, error)
+
+	// ImageExists reports whether the engine holds the image ref.
+	ImageExists(ctx context.Context, ref string) (bool, error)
+	// SaveImages returns a `docker save` style tar of the images refs. The
+	// caller closes it.
+	SaveImages(ctx context.Context, refs []string) (io.ReadCloser, error)
+	// LoadImage loads a `docker save` style tar into the engine.
+	LoadImage(ctx context.Context, tar io.Reader) error
+
+	// Events streams start, die and destroy events of CAPCT containers
+	// whose labels contain labelSelector. The channel is closed when ctx
+	// ends; stream errors are retried with backoff in between.
+	Events(ctx context.Context, labelSelector map[string]string) (<-chan Event, error)
+}
+
+// IPFamily selects the address families of a network.
+type IPFamily string
+
+const (
+	// IPv4 networks have an IPv4 subnet only.
+	IPv4 IPFamily = "IPv4"
+	// IPv6 networks have IPv6 enabled. Engines that always assign IPv4 (the
+	// Docker bridge driver does) also give them an IPv4 subnet.
+	IPv6 IPFamily = "IPv6"
+	// DualStack networks have an IPv4 and an IPv6 subnet.
+	DualStack IPFamily = "DualStack"
+)
+
+// HasIPv4 reports whether the family includes an IPv4 subnet request.
+func (f IPFamily) HasIPv4() bool { return f != IPv6 }
+
+// HasIPv6 reports whether the family includes IPv6.
+func (f IPFamily) HasIPv6() bool { return f == IPv6 || f == DualStack }
+
+// NetworkSpec describes a cluster's network.
+type NetworkSpec struct {
+	// Name is the network's name; its subnets are derived from it.
+	Name string
+	// Labels are the owner labels put on the network; an existing network
+	// is adopted only if its labels contain all of them.
+	Labels map[string]string
+	// IPFamily selects the families; empty means IPv4.
+	IPFamily IPFamily
+}
+
+// Network is a network as the engine reports it.
+type Network struct {
+	// Name of the network.
+	Name string
+	// ID the engine gave it.
+	ID string
+	// Labels on the network.
+	Labels map[string]string
+	// IPv4Subnet is the IPv4 subnet, invalid if none.
+	IPv4Subnet netip.Prefix
+	// IPv6Subnet is the IPv6 subnet, invalid if none.
+	IPv6Subnet netip.Prefix
+}
+
+// Role is what a machine container is for.
+type Role string
+
+const (
+	// RoleControlPlane runs a control-plane node.
+	RoleControlPlane Role = "control-plane"
+	// RoleWorker runs a worker node.
+	RoleWorker Role = "worker"
+	// RoleLoadBalancer runs the cluster's API load balancer.
+	RoleLoadBalancer Role = "load-balancer"
+)
+
+// IsNode reports whether the role runs a Kubernetes node.
+func (r Role) IsNode() bool { return r == RoleControlPlane || r == RoleWorker }
+
+// Mount is a bind mount from the host.
+type Mount struct {
+	// HostPath is the path on the engine's host.
+	HostPath string
+	// ContainerPath is where it appears in the container.
+	ContainerPath string
+	// ReadOnly mounts it read-only.
+	ReadOnly bool
+}
+
+// PortMapping publishes a container port on the host.
+type PortMapping struct {
+	// ContainerPort is the port inside the container.
+	ContainerPort int
+	// HostPort is the port on the host; 0 lets the engine pick a free one.
+	HostPort int
+	// HostIP is the host address to listen on; empty means 127.0.0.1.
+	HostIP string
+	// Protocol is "tcp" (the default when empty), "udp" or "sctp".
+	Protocol string
+}
+
+// Resources limits what a container may use. Zero values mean no limit.
+type Resources struct {
+	// MilliCPUs is the CPU limit in thousandths of a CPU (1500 = 1.5 CPUs).
+	MilliCPUs int64
+	// MemoryBytes is the memory limit in bytes.
+	MemoryBytes int64
+}
+
+// MachineSpec describes a machine container.
+type MachineSpec struct {
+	// Name is the container's name (deterministic, e.g. "<cluster>-<machine>");
+	// it is also its hostname under KindNode.
+	Name string
+	// Image is the image reference to run.
+	Image string
+	// Network is the name of the cluster network to attach to.
+	Network string
+	// Labels must contain the owner labels (see OwnerLabels): at least
+	// LabelClusterUID and LabelMachine. LabelRole is added from Role.
+	Labels map[string]string
+	// Role is what the container is for.
+	Role Role
+	// Privileged runs the container privileged. Nil means true for nodes
+	// (RoleControlPlane, RoleWorker) and false otherwise.
+	Privileged *bool
+	// KindNode applies what a kind node image needs: seccomp and AppArmor
+	// unconfined, tmpfs on /run and /tmp, an anonymous volume on /var,
+	// /lib/modules bound read-only when the host has it, a private cgroup
+	// namespace, hostname = Name, restart policy on-failure:1 and, when
+	// IPFamily has IPv6, the IPv6 sysctls.
+	KindNode bool
+	// IPFamily is the network's family; it decides the IPv6 sysctls.
+	IPFamily IPFamily
+	// ExtraMounts are bind mounts from the host.
+	ExtraMounts []Mount
+	// PortMappings publish ports, e.g. the API server port on 127.0.0.1
+	// with HostPort 0.
+	PortMappings []PortMapping
+	// Resources limit CPU and memory.
+	Resources Resources
+	// Env is the environment, as "KEY=value" strings.
+	Env []string
+	// Entrypoint overrides the image's entrypoint when not nil.
+	Entrypoint []string
+	// Cmd overrides the image's command when not nil.
+	Cmd []string
+}
+
+// EffectivePrivileged resolves Privileged with its default.
+func (s MachineSpec) EffectivePrivileged() bool {
+	if s.Privileged != nil {
+		return *s.Privileged
+	}
+	return s.Role.IsNode()
+}
+
+// MachineState is a container's state.
+type MachineState string
+
+// Container states, as engines report them.
+const (
+	StateCreated    MachineState = "created"
+	StateRunning    MachineState = "running"
+	StatePaused     MachineState = "paused"
+	StateRestarting MachineState = "restarting"
+	StateRemoving   MachineState = "removing"
+	StateExited     MachineState = "exited"
+	StateDead       MachineState = "dead"
+)
+
+// PortBinding is a published port.
+type PortBinding struct {
+	// ContainerPort is the port inside the container.
+	ContainerPort int
+	// Protocol is "tcp", "udp" or "sctp".
+	Protocol string
+	// HostIP is the host address it listens on.
+	HostIP string
+	// HostPort is the host port (the engine's pick when 0 was asked).
+	HostPort int
+}
+
+// Machine is a container as the engine reports it.
+type Machine struct {
+	// Name of the container.
+	Name string
+	// ID the engine gave it.
+	ID string
+	// Image it runs.
+	Image string
+	// Labels on the container.
+	Labels map[string]string
+	// State of the container.
+	State MachineState
+	// Network is the cluster network it is attached to.
+	Network string
+	// IPv4 is its IPv4 address on Network; invalid when it has none (e.g.
+	// not running).
+	IPv4 netip.Addr
+	// IPv6 is its IPv6 address on Network; invalid when it has none.
+	IPv6 netip.Addr
+	// Ports are the published ports (host side known once running).
+	Ports []PortBinding
+	// Created is when the container was created.
+	Created time.Time
+}
+
+// HostPort returns the host port published for containerPort/tcp, or 0.
+func (m *Machine) HostPort(containerPort int) int {
+	for _, p := range m.Ports {
+		if p.ContainerPort == containerPort && (p.Protocol == "" || p.Protocol == "tcp") && p.HostPort != 0 {
+			return p.HostPort
+		}
+	}
+	return 0
+}
+
+// ExecInput is a command to run in a container.
+type ExecInput struct {
+	// Cmd is the command and its arguments; required.
+	Cmd []string
+	// Stdin, when not nil, is copied to the command's standard input,
+	// which is closed at its end.
+	Stdin io.Reader
+	// Timeout bounds the command; 0 means only ctx bounds it.
+	Timeout time.Duration
+	// Env adds "KEY=value" variables to the command's environment.
+	Env []string
+	// User runs the command as this user; empty means the container's.
+	User string
+}
+
+// ExecResult is what a command did.
+type ExecResult struct {
+	// ExitCode is the command's exit code.
+	ExitCode int
+	// Stdout is its standard output.
+	Stdout []byte
+	// Stderr is its standard error.
+	Stderr []byte
+}
+
+// EventType is the kind of a container event.
+type EventType string
+
+// Event types streamed by Events.
+const (
+	EventStart   EventType = "start"
+	EventDie     EventType = "die"
+	EventDestroy EventType = "destroy"
+)
+
+// Event is a container life-cycle event.
+type Event struct {
+	// Type of the event.
+	Type EventType
+	// Name of the container.
+	Name string
+	// ID of the container.
+	ID string
+	// Labels of the container.
+	Labels map[string]string
+	// Time of the event.
+	Time time.Time
+}

@@ -1,0 +1,367 @@
+// Package runtimetest is the behaviour suite every container.Runtime must
+// pass. The Docker runtime runs it against a real engine and the fake runs it
+// in memory, so the fake cannot drift from the real thing.
+package runtimetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capct/cluster-api-provider-container/internal/container"
+)
+
+// LoopCmd keeps a busybox container running and lets it stop at once on
+// SIGTERM.
+var LoopCmd = []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"}
+
+// Env is what a suite run made for itself.
+type Env struct {
+	RT         container.Runtime
+	Prefix     string
+	ClusterUID string
+	Network    container.Network
+	Image      string
+}
+
+// Spec returns a MachineSpec for machine on the suite's network, owned by
+// the suite's cluster UID.
+func (e *Env) Spec(machine string) container.MachineSpec {
+	priv := false
+	return container.MachineSpec{
+		Name:       e.Prefix + "-" + machine,
+		Image:      e.Image,
+		Network:    e.Network.Name,
+		Labels:     container.OwnerLabels(e.Prefix, e.ClusterUID, machine, ""),
+		Role:       container.RoleWorker,
+		Privileged: &priv,
+		Cmd:        LoopCmd,
+	}
+}
+
+// Running creates and starts machine and registers nothing: the suite's
+// cleanup deletes all it owns.
+func (e *Env) Running(t *testing.T, machine string) *container.Machine {
+	t.Helper()
+	ctx := Ctx(t)
+	if _, err := e.RT.CreateMachine(ctx, e.Spec(machine)); err != nil {
+		t.Fatalf("CreateMachine: %v", err)
+	}
+	if err := e.RT.Start(ctx, e.Spec(machine).Name); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	m, err := e.RT.Inspect(ctx, e.Spec(machine).Name)
+	if err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+	return m
+}
+
+// Ctx returns a context ending with the test or after a minute.
+func Ctx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// RandomSuffix returns 8 random hex characters.
+func RandomSuffix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// NewEnv makes a network with unique names and a cleanup that deletes only
+// what carries this run's cluster UID, then the network.
+func NewEnv(t *testing.T, rt container.Runtime, image string, family container.IPFamily) *Env {
+	t.Helper()
+	suffix := RandomSuffix()
+	e := &Env{RT: rt, Prefix: "capct-rt-" + suffix, ClusterUID: "uid-" + suffix, Image: image}
+	ctx := Ctx(t)
+	n, err := rt.EnsureNetwork(ctx, container.NetworkSpec{
+		Name: e.Prefix, Labels: container.OwnerLabels(e.Prefix, e.ClusterUID, "", ""), IPFamily: family,
+	})
+	if err != nil {
+		t.Fatalf("EnsureNetwork: %v", err)
+	}
+	e.Network = n
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		ms, err := container.ListOwned(ctx, rt, e.ClusterUID, nil)
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		for _, m := range ms {
+			if err := rt.Delete(ctx, m.Name); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		}
+		if err := rt.DeleteNetwork(ctx, n.Name); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return e
+}
+
+// RunSuite runs the behaviours against runtimes made by newRuntime, running
+// containers of image (which must provide busybox-style sh, sleep, cat, true,
+// false and echo).
+func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, image string) {
+	rt := newRuntime(t)
+	e := NewEnv(t, rt, image, container.IPv4)
+
+	tests := []struct {
+		name string
+		run  func(t *testing.T, e *Env)
+	}{
+		{"EnsureNetworkTwiceGivesTheSameNetwork", func(t *testing.T, e *Env) {
+			n, err := e.RT.EnsureNetwork(Ctx(t), container.NetworkSpec{Name: e.Network.Name, Labels: container.OwnerLabels(e.Prefix, e.ClusterUID, "", "")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.ID != e.Network.ID || n.IPv4Subnet != e.Network.IPv4Subnet {
+				t.Fatalf("got %+v, want %+v", n, e.Network)
+			}
+			v4, _ := container.Subnets(e.Network.Name, 0)
+			found := false
+			for a := range container.MaxSubnetAttempts {
+				if c, _ := container.Subnets(e.Network.Name, a); c == n.IPv4Subnet {
+					found = true
+				}
+			}
+			if !found {
+				t.Fatalf("subnet %s is not derived from the name (attempt 0 would be %s)", n.IPv4Subnet, v4)
+			}
+		}},
+		{"EnsureNetworkWithForeignLabelsConflicts", func(t *testing.T, e *Env) {
+			_, err := e.RT.EnsureNetwork(Ctx(t), container.NetworkSpec{Name: e.Network.Name, Labels: container.OwnerLabels("other", "other-uid", "", "")})
+			if !container.IsConflict(err) || !strings.Contains(err.Error(), e.Network.Name) {
+				t.Fatalf("want a conflict naming %q, got %v", e.Network.Name, err)
+			}
+		}},
+		{"CreateTwiceAdopts", func(t *testing.T, e *Env) {
+			ctx := Ctx(t)
+			a, err := e.RT.CreateMachine(ctx, e.Spec("adopt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := e.RT.CreateMachine(ctx, e.Spec("adopt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.ID == "" || a.ID != b.ID {
+				t.Fatalf("second create gave %q, first %q", b.ID, a.ID)
+			}
+			if a.Labels[container.LabelClusterUID] != e.ClusterUID || a.Labels[container.LabelRole] != string(container.RoleWorker) {
+				t.Fatalf("labels %v", a.Labels)
+			}
+		}},
+		{"SameNameForeignLabelsConflicts", func(t *testing.T, e *Env) {
+			ctx := Ctx(t)
+			if _, err := e.RT.CreateMachine(ctx, e.Spec("foreign")); err != nil {
+				t.Fatal(err)
+			}
+			s := e.Spec("foreign")
+			s.Labels = container.OwnerLabels("other", "other-uid", "foreign", "")
+			_, err := e.RT.CreateMachine(ctx, s)
+			if !container.IsConflict(err) {
+				t.Fatalf("want conflict, got %v", err)
+			}
+			if !strings.Contains(err.Error(), s.Name) || !strings.Contains(err.Error(), "other-uid") {
+				t.Fatalf("message should name the container and the wanted owner: %v", err)
+			}
+		}},
+		{"StartInspectShowsRunningWithAnAddressInTheSubnet", func(t *testing.T, e *Env) {
+			m := e.Running(t, "running")
+			if m.State != container.StateRunning {
+				t.Fatalf("state %q", m.State)
+			}
+			if !m.IPv4.IsValid() || !e.Network.IPv4Subnet.Contains(m.IPv4) {
+				t.Fatalf("address %v not in %v", m.IPv4, e.Network.IPv4Subnet)
+			}
+			if m.Network != e.Network.Name || m.Created.IsZero() || m.Image != e.Image {
+				t.Fatalf("machine %+v", m)
+			}
+		}},
+		{"ExecExitCodesAndOutput", func(t *testing.T, e *Env) {
+			m := e.Running(t, "exec")
+			ctx := Ctx(t)
+			for _, c := range []struct {
+				cmd  []string
+				code int
+			}{{[]string{"true"}, 0}, {[]string{"false"}, 1}, {[]string{"sh", "-c", "exit 7"}, 7}} {
+				res, err := e.RT.Exec(ctx, m.Name, container.ExecInput{Cmd: c.cmd})
+				if err != nil || res.ExitCode != c.code {
+					t.Fatalf("%v: exit %d, err %v; want %d", c.cmd, res.ExitCode, err, c.code)
+				}
+			}
+			res, err := e.RT.Exec(ctx, m.Name, container.ExecInput{Cmd: []string{"echo", "hello"}})
+			if err != nil || string(res.Stdout) != "hello\n" || len(res.Stderr) != 0 {
+				t.Fatalf("echo: %q %q %v", res.Stdout, res.Stderr, err)
+			}
+			res, err = e.RT.Exec(ctx, m.Name, container.ExecInput{Cmd: []string{"cat", "/does/not/exist"}})
+			if err != nil || res.ExitCode == 0 || len(res.Stderr) == 0 || len(res.Stdout) != 0 {
+				t.Fatalf("cat missing: %d %q %q %v", res.ExitCode, res.Stdout, res.Stderr, err)
+			}
+			res, err = e.RT.Exec(ctx, m.Name, container.ExecInput{Cmd: []string{"cat"}, Stdin: strings.NewReader("from stdin")})
+			if err != nil || string(res.Stdout) != "from stdin" {
+				t.Fatalf("cat stdin: %q %v", res.Stdout, err)
+			}
+		}},
+		{"ExecTimeoutIsTyped", func(t *testing.T, e *Env) {
+			m := e.Running(t, "timeout")
+			start := time.Now()
+			_, err := e.RT.Exec(Ctx(t), m.Name, container.ExecInput{Cmd: []string{"sleep", "30"}, Timeout: 300 * time.Millisecond})
+			if !container.IsTimeout(err) || !strings.Contains(err.Error(), m.Name) {
+				t.Fatalf("want a timeout naming %q, got %v", m.Name, err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Fatalf("timeout took %s", d)
+			}
+		}},
+		{"WriteThenReadFile", func(t *testing.T, e *Env) {
+			m := e.Running(t, "files")
+			ctx := Ctx(t)
+			content := []byte("kind: Config\n\x00\xffbinary")
+			if err := e.RT.WriteFile(ctx, m.Name, "/etc/capct/deep/dir/config.yaml", content, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got, err := e.RT.ReadFile(ctx, m.Name, "/etc/capct/deep/dir/config.yaml")
+			if err != nil || !bytes.Equal(got, content) {
+				t.Fatalf("read %q, %v", got, err)
+			}
+			res, err := e.RT.Exec(ctx, m.Name, container.ExecInput{Cmd: []string{"cat", "/etc/capct/deep/dir/config.yaml"}})
+			if err != nil || !bytes.Equal(res.Stdout, content) {
+				t.Fatalf("cat gave %q, %v", res.Stdout, err)
+			}
+			res, err = e.RT.Exec(ctx, m.Name, container.ExecInput{Cmd: []string{"test", "-f", "/etc/capct/deep/dir/config.yaml"}})
+			if err != nil || res.ExitCode != 0 {
+				t.Fatalf("test -f: %d %v", res.ExitCode, err)
+			}
+			if _, err := e.RT.ReadFile(ctx, m.Name, "/etc/capct/missing"); !container.IsNotFound(err) {
+				t.Fatalf("want not found, got %v", err)
+			}
+		}},
+		{"DeleteIsIdempotentAndInspectAfterIsNotFound", func(t *testing.T, e *Env) {
+			m := e.Running(t, "delete")
+			ctx := Ctx(t)
+			for range 2 {
+				if err := e.RT.Delete(ctx, m.Name); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := e.RT.Inspect(ctx, m.Name)
+			if !container.IsNotFound(err) || !strings.Contains(err.Error(), `inspect container "`+m.Name+`"`) {
+				t.Fatalf("want not found naming the container, got %v", err)
+			}
+			if err := e.RT.Start(ctx, m.Name); !container.IsNotFound(err) {
+				t.Fatalf("start after delete: %v", err)
+			}
+		}},
+		{"StopThenInspectShowsExited", func(t *testing.T, e *Env) {
+			m := e.Running(t, "stop")
+			ctx := Ctx(t)
+			if err := e.RT.Stop(ctx, m.Name, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			got, err := e.RT.Inspect(ctx, m.Name)
+			if err != nil || got.State != container.StateExited {
+				t.Fatalf("state %v, %v", got, err)
+			}
+		}},
+		{"ListByLabelsReturnsOnlyOwned", func(t *testing.T, e *Env) {
+			ctx := Ctx(t)
+			other := NewEnv(t, e.RT, e.Image, container.IPv4)
+			for _, x := range []*Env{e, other} {
+				s := x.Spec("listed")
+				s.Labels[container.LabelPool] = "pool-a"
+				if _, err := x.RT.CreateMachine(ctx, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := container.ListOwned(ctx, e.RT, e.ClusterUID, map[string]string{container.LabelPool: "pool-a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got[0].Name != e.Spec("listed").Name {
+				t.Fatalf("ListOwned gave %v", names(got))
+			}
+			got, err = e.RT.List(ctx, map[string]string{container.LabelPool: "pool-a", container.LabelClusterUID: other.ClusterUID})
+			if err != nil || len(got) != 1 || got[0].Name != other.Spec("listed").Name {
+				t.Fatalf("List gave %v, %v", names(got), err)
+			}
+			for _, m := range got {
+				if m.Labels[container.LabelClusterUID] == "" {
+					t.Fatalf("List returned a container not made by CAPCT: %s", m.Name)
+				}
+			}
+		}},
+		{"ListOwnedRefusesEmptyUID", func(t *testing.T, e *Env) {
+			_, err := container.ListOwned(Ctx(t), e.RT, "", nil)
+			if !container.IsInvalid(err) {
+				t.Fatalf("want invalid, got %v", err)
+			}
+			_, err = container.ListOwned(Ctx(t), e.RT, e.ClusterUID, map[string]string{container.LabelClusterUID: "other"})
+			if !container.IsInvalid(err) {
+				t.Fatalf("want invalid for a contradicting selector, got %v", err)
+			}
+		}},
+		{"EventsForStartDieDestroy", func(t *testing.T, e *Env) {
+			ctx := Ctx(t)
+			sel := map[string]string{container.LabelClusterUID: e.ClusterUID, container.LabelMachine: "events"}
+			evctx, cancel := context.WithCancel(ctx)
+			ch, err := e.RT.Events(evctx, sel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := e.Running(t, "events")
+			if err := e.RT.Stop(ctx, m.Name, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.RT.Delete(ctx, m.Name); err != nil {
+				t.Fatal(err)
+			}
+			want := []container.EventType{container.EventStart, container.EventDie, container.EventDestroy}
+			var got []container.EventType
+			timeout := time.After(10 * time.Second)
+			for len(got) < len(want) {
+				select {
+				case ev := <-ch:
+					if ev.Name != m.Name || ev.Labels[container.LabelClusterUID] != e.ClusterUID {
+						t.Fatalf("foreign event %+v", ev)
+					}
+					got = append(got, ev.Type)
+				case <-timeout:
+					t.Fatalf("got events %v, want %v", got, want)
+				}
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("got events %v, want %v", got, want)
+				}
+			}
+			cancel()
+			for range ch { // must be closed when ctx ends
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, e)
+		})
+	}
+}
+
+func names(ms []container.Machine) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Name)
+	}
+	return out
+}

@@ -1,0 +1,38 @@
+package container
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"net/netip"
+)
+
+// MaxSubnetAttempts bounds how many derived subnets EnsureNetwork tries when
+// the engine reports a pool overlap.
+const MaxSubnetAttempts = 5
+
+// Subnets derives a network's subnets from its name and the attempt number
+// (0 for the first try): sha256(name, attempt) picks a /20 inside
+// 172.16.0.0/12 for IPv4 and a /64 inside the ULA range fc00::/8 for IPv6, as
+// kind does. The same name and attempt always give the same subnets.
+func Subnets(name string, attempt int) (v4, v6 netip.Prefix) {
+	h := sha256.New()
+	h.Write([]byte(name))
+	var a [4]byte
+	binary.BigEndian.PutUint32(a[:], uint32(attempt))
+	h.Write(a[:])
+	sum := h.Sum(nil)
+
+	// 172.16.0.0/12 holds 256 /20s: 172.(16 + n>>4).(n&0xf << 4).0/20.
+	n := sum[0]
+	v4 = netip.PrefixFrom(netip.AddrFrom4([4]byte{172, 16 + n>>4, (n & 0x0f) << 4, 0}), 20)
+
+	var b [16]byte
+	b[0] = 0xfc
+	copy(b[1:8], sum[1:8])
+	v6 = netip.PrefixFrom(netip.AddrFrom16(b), 64)
+	return v4, v6
+}
+
+// Gateway returns the first address of p, which the engines use as the
+// bridge's gateway.
+func Gateway(p netip.Prefix) netip.Addr { return p.Masked().Addr().Next() }
