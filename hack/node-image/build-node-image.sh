@@ -47,6 +47,14 @@ end_step() {
   fi
 }
 hash_of() { sha256sum | cut -c1-16; }
+# dbuild ARGS...: docker build, quiet unless it fails
+dbuild() {
+  local out
+  if ! out=$(docker build -q "$@" 2>&1); then
+    echo "$out" >&2
+    die "docker build $* failed"
+  fi
+}
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 image_label() { docker image inspect -f "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true; }
 
@@ -217,7 +225,7 @@ scratch_image() {
     [[ -n "$user" ]] && echo "USER $user"
     echo "ENTRYPOINT [\"/usr/local/bin/$(basename "$bin")\"]"
   } > "$ctx/Dockerfile"
-  docker build -q -t "$tag" "$ctx" >/dev/null
+  dbuild -t "$tag" "$ctx"
   rm -rf "$ctx"
 }
 
@@ -321,7 +329,7 @@ build_node() {
   ln "$images_tar" "$ctx/containerd-images.tar" 2>/dev/null || cp "$images_tar" "$ctx/containerd-images.tar"
   sed -e "s|@ROOTFS@|$node_rootfs|" -e "s|@INPUTS@|$inputs|" \
     -e "s|@KUBERNETES_VERSION@|$KUBERNETES_VERSION|" "$here/Dockerfile.node" > "$ctx/Dockerfile"
-  docker build -q -t "$node_image" "$ctx" >/dev/null
+  dbuild -t "$node_image" "$ctx"
   rm -rf "$ctx"
   end_step
   log "built $node_image in $((SECONDS - script_start))s"
@@ -342,7 +350,7 @@ COPY kube-proxy-wrapper /usr/local/bin/kube-proxy
 RUN chmod 0755 /usr/local/bin/kube-proxy /usr/local/bin/kube-proxy.real
 ENTRYPOINT ["/usr/local/bin/kube-proxy"]
 EOF
-  docker build -q -t "$tag" "$ctx" >/dev/null
+  dbuild -t "$tag" "$ctx"
   rm -rf "$ctx"
 }
 
@@ -399,7 +407,7 @@ build_lb() {
   rm -rf "$ctx"; mkdir -p "$ctx"
   cp "$here/files/haproxy.cfg" "$ctx/"
   sed -e "s|@ROOTFS@|$lb_rootfs|" -e "s|@INPUTS@|$inputs|" "$here/Dockerfile.haproxy" > "$ctx/Dockerfile"
-  docker build -q -t "$lb_image" "$ctx" >/dev/null
+  dbuild -t "$lb_image" "$ctx"
   rm -rf "$ctx"
   end_step
   log "built $lb_image in $((SECONDS - script_start))s"

@@ -342,10 +342,12 @@ func TestNodeImage(t *testing.T) {
 		wStarted := runNode(t, network, worker)
 		writeFile(t, worker, "/etc/cni/net.d/10-capct.conflist", cniConfig("10.244.1.0/24"))
 		join := nodeExec(t, cp, "kubeadm token create --print-join-command")
+		joinStart := time.Now()
 		if out, err := docker("exec", worker, "bash", "-c", join+
 			" --ignore-preflight-errors=SystemVerification,Swap,FileContent--proc-sys-net-bridge-bridge-nf-call-iptables"); err != nil {
 			t.Fatalf("kubeadm join: %v\n%s", err, out)
 		}
+		t.Logf("kubeadm join took %.0fs", time.Since(joinStart).Seconds())
 		eventually(t, 3*time.Minute, worker+" Ready", func() error { return nodeReady(cp, worker) })
 		t.Logf("docker run -> joined Node Ready: %.1fs", time.Since(wStarted).Seconds())
 		if err := nodeReady(cp, cp); err != nil {
