@@ -1,0 +1,382 @@
+package docker_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dcontainer "github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
+
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/container/docker"
+	"github.com/capct/cluster-api-provider-container/internal/container/runtimetest"
+)
+
+var applets = []string{"sh", "cat", "sleep", "ip", "echo", "true", "false", "test", "[", "mkdir", "ls",
+	"head", "dd", "env", "id", "kill", "wc", "sha256sum", "hostname", "ps"}
+
+var (
+	imageOnce sync.Once
+	imageRef  string
+	imageErr  error
+)
+
+// newRuntime returns a Runtime on the engine of this machine, failing the test
+// loudly when the engine does not answer.
+func newRuntime(t testing.TB) *docker.Runtime {
+	t.Helper()
+	rt, err := docker.New()
+	if err != nil {
+		t.Fatalf("docker client: %v", err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := rt.Client().Ping(ctx); err != nil {
+		t.Fatalf("Docker engine not reachable (run hack/ensure-docker.sh): %v", err)
+	}
+	return rt
+}
+
+// testImage imports a busybox image built from the host's static busybox.
+func testImage(t testing.TB, rt *docker.Runtime) string {
+	t.Helper()
+	imageOnce.Do(func() { imageRef, imageErr = buildImage(rt.Client()) })
+	if imageErr != nil {
+		t.Fatalf("building the test image: %v", imageErr)
+	}
+	return imageRef
+}
+
+func buildImage(cli *client.Client) (string, error) {
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		return "", fmt.Errorf("the tests need Debian's static busybox at /bin/busybox (apt-get install busybox-static): %w", err)
+	}
+	sum := sha256.Sum256(bb)
+	ref := "capct-test/runtime-busybox:" + hex.EncodeToString(sum[:6])
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := cli.ImageInspect(ctx, ref); err == nil {
+		return ref, nil
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, d := range []string{"bin", "tmp", "etc", "var", "proc", "sys", "dev", "run"} {
+		mode := int64(0o755)
+		if d == "tmp" {
+			mode = 0o1777
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: mode}); err != nil {
+			return "", err
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "bin/busybox", Mode: 0o755, Size: int64(len(bb))}); err != nil {
+		return "", err
+	}
+	if _, err := tw.Write(bb); err != nil {
+		return "", err
+	}
+	for _, a := range applets {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + a, Linkname: "busybox"}); err != nil {
+			return "", err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: &buf, SourceName: "-"}, ref, image.ImportOptions{
+		Changes: []string{`ENV PATH=/bin`, `CMD ["sh"]`, `LABEL io.x-k8s.capct.test=runtime`},
+	})
+	if err != nil {
+		return "", fmt.Errorf("importing %s: %w", ref, err)
+	}
+	defer func() { _ = rc.Close() }()
+	if _, err := io.ReadAll(rc); err != nil {
+		return "", err
+	}
+	return ref, nil
+}
+
+func TestSuite(t *testing.T) {
+	rt := newRuntime(t)
+	runtimetest.RunSuite(t, func(t *testing.T) container.Runtime { return rt }, testImage(t, rt))
+}
+
+func TestExecLargeBinaryStdinRoundTrips(t *testing.T) {
+	rt := newRuntime(t)
+	e := runtimetest.NewEnv(t, rt, testImage(t, rt), container.IPv4)
+	m := e.Running(t, "big")
+	in := make([]byte, 10<<20)
+	_, _ = rand.Read(in)
+	res, err := rt.Exec(runtimetest.Ctx(t), m.Name, container.ExecInput{Cmd: []string{"cat"}, Stdin: bytes.NewReader(in)})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec: %v exit %d stderr %q", err, res.ExitCode, res.Stderr)
+	}
+	if !bytes.Equal(res.Stdout, in) {
+		t.Fatalf("stdout differs: %d bytes back of %d", len(res.Stdout), len(in))
+	}
+}
+
+func TestExecTimeoutIsPrompt(t *testing.T) {
+	rt := newRuntime(t)
+	e := runtimetest.NewEnv(t, rt, testImage(t, rt), container.IPv4)
+	m := e.Running(t, "slow")
+	start := time.Now()
+	_, err := rt.Exec(runtimetest.Ctx(t), m.Name, container.ExecInput{Cmd: []string{"sleep", "60"}, Timeout: 500 * time.Millisecond})
+	d := time.Since(start)
+	if !container.IsTimeout(err) {
+		t.Fatalf("want a timeout error, got %v", err)
+	}
+	if d > 2*time.Second {
+		t.Fatalf("returned after %s for a 500ms timeout", d)
+	}
+	t.Logf("timeout error after %s: %v", d, err)
+}
+
+func TestOutOfBandRemovalIsAnEventWithin2s(t *testing.T) {
+	rt := newRuntime(t)
+	e := runtimetest.NewEnv(t, rt, testImage(t, rt), container.IPv4)
+	m := e.Running(t, "oob")
+	ctx, cancel := context.WithCancel(runtimetest.Ctx(t))
+	defer cancel()
+	ch, err := rt.Events(ctx, map[string]string{container.LabelClusterUID: e.ClusterUID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	// What `docker rm -f` does, straight through the API.
+	if err := rt.Client().ContainerRemove(ctx, m.ID, dcontainer.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(2 * time.Second)
+	for {
+		select {
+		case ev := <-ch:
+			if ev.Type == container.EventDestroy && ev.Name == m.Name {
+				t.Logf("destroy seen after %s", time.Since(start))
+				return
+			}
+		case <-deadline:
+			t.Fatal("no destroy event within 2s")
+		}
+	}
+}
+
+func TestParallelCreatesGetDistinctAddresses(t *testing.T) {
+	rt := newRuntime(t)
+	e := runtimetest.NewEnv(t, rt, testImage(t, rt), container.IPv4)
+	const n = 20
+	ctx := runtimetest.Ctx(t)
+	addrs := make([]netip.Addr, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			s := e.Spec(fmt.Sprintf("p%02d", i))
+			if _, err := rt.CreateMachine(ctx, s); err != nil {
+				errs[i] = err
+				return
+			}
+			if err := rt.Start(ctx, s.Name); err != nil {
+				errs[i] = err
+				return
+			}
+			m, err := rt.Inspect(ctx, s.Name)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			addrs[i] = m.IPv4
+		})
+	}
+	wg.Wait()
+	seen := map[netip.Addr]int{}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("machine %d: %v", i, errs[i])
+		}
+		if !e.Network.IPv4Subnet.Contains(addrs[i]) {
+			t.Fatalf("machine %d: %v not in %v", i, addrs[i], e.Network.IPv4Subnet)
+		}
+		if j, dup := seen[addrs[i]]; dup {
+			t.Fatalf("machines %d and %d share %v", j, i, addrs[i])
+		}
+		seen[addrs[i]] = i
+	}
+}
+
+func TestUnreachableEngineIsTypedAndBounded(t *testing.T) {
+	t.Setenv("DOCKER_HOST", "unix:///nonexistent.sock")
+	rt, err := docker.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rt.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	checks := map[string]func() error{
+		"Inspect": func() error { _, err := rt.Inspect(ctx, "c1-cp-0"); return err },
+		"EnsureNetwork": func() error {
+			_, err := rt.EnsureNetwork(ctx, container.NetworkSpec{Name: "c1", Labels: map[string]string{container.LabelClusterUID: "u"}})
+			return err
+		},
+		"Exec":   func() error { _, err := rt.Exec(ctx, "c1-cp-0", container.ExecInput{Cmd: []string{"true"}}); return err },
+		"Events": func() error { _, err := rt.Events(ctx, nil); return err },
+	}
+	for name, f := range checks {
+		err := f()
+		if !container.IsUnreachable(err) {
+			t.Fatalf("%s: want an unreachable error, got %v", name, err)
+		}
+		if !strings.Contains(err.Error(), "failed to") {
+			t.Fatalf("%s: unreadable error %q", name, err)
+		}
+		t.Logf("%s: %v", name, err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("took %s, past the context deadline", d)
+	}
+}
+
+func TestNodeFlagsLimitsAndPublishedPort(t *testing.T) {
+	rt := newRuntime(t)
+	e := runtimetest.NewEnv(t, rt, testImage(t, rt), container.IPv4)
+	s := e.Spec("cp")
+	s.Role = container.RoleControlPlane
+	s.Privileged = nil // nodes default to privileged
+	s.KindNode = true
+	s.Resources = container.Resources{MilliCPUs: 1500, MemoryBytes: 256 << 20}
+	s.PortMappings = []container.PortMapping{{ContainerPort: 6443}}
+	ctx := runtimetest.Ctx(t)
+	if _, err := rt.CreateMachine(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(ctx, s.Name); err != nil {
+		t.Fatal(err)
+	}
+	m, err := rt.Inspect(ctx, s.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp := m.HostPort(6443)
+	if hp == 0 {
+		t.Fatalf("6443 not published: %+v", m.Ports)
+	}
+	for _, p := range m.Ports {
+		if p.ContainerPort == 6443 && p.HostIP != "127.0.0.1" {
+			t.Fatalf("6443 published on %q, want 127.0.0.1", p.HostIP)
+		}
+	}
+	ci, err := rt.Client().ContainerInspect(ctx, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := ci.HostConfig
+	if hc.NanoCPUs != 1_500_000_000 || hc.Memory != 256<<20 {
+		t.Fatalf("limits NanoCPUs=%d Memory=%d", hc.NanoCPUs, hc.Memory)
+	}
+	if !hc.Privileged || hc.CgroupnsMode != dcontainer.CgroupnsModePrivate || ci.Config.Hostname != s.Name ||
+		hc.RestartPolicy.Name != dcontainer.RestartPolicyOnFailure || hc.RestartPolicy.MaximumRetryCount != 1 {
+		t.Fatalf("node flags: privileged=%v cgroupns=%q hostname=%q restart=%+v", hc.Privileged, hc.CgroupnsMode, ci.Config.Hostname, hc.RestartPolicy)
+	}
+	sec := strings.Join(hc.SecurityOpt, ",")
+	if !strings.Contains(sec, "seccomp=unconfined") || !strings.Contains(sec, "apparmor=unconfined") {
+		t.Fatalf("security opts %v", hc.SecurityOpt)
+	}
+	if _, ok := hc.Tmpfs["/run"]; !ok {
+		t.Fatalf("tmpfs %v", hc.Tmpfs)
+	}
+	if _, ok := hc.Tmpfs["/tmp"]; !ok {
+		t.Fatalf("tmpfs %v", hc.Tmpfs)
+	}
+	var anonVar bool
+	for _, mt := range ci.Mounts {
+		if mt.Destination == "/var" && mt.Type == "volume" {
+			anonVar = true
+		}
+	}
+	if !anonVar {
+		t.Fatalf("no anonymous volume on /var: %+v", ci.Mounts)
+	}
+	// The hostname is the machine name inside the container too.
+	res, err := rt.Exec(ctx, s.Name, container.ExecInput{Cmd: []string{"hostname"}})
+	if err != nil || strings.TrimSpace(string(res.Stdout)) != s.Name {
+		t.Fatalf("hostname %q %v", res.Stdout, err)
+	}
+}
+
+func TestDualStackNetwork(t *testing.T) {
+	rt := newRuntime(t)
+	e := runtimetest.NewEnv(t, rt, testImage(t, rt), container.DualStack)
+	if !e.Network.IPv6Subnet.IsValid() || !e.Network.IPv4Subnet.IsValid() {
+		t.Fatalf("dual-stack network %+v lacks a family (is IPv6 enabled in the kernel and dockerd?)", e.Network)
+	}
+	s := e.Spec("v6")
+	s.KindNode = true
+	s.IPFamily = container.DualStack
+	ctx := runtimetest.Ctx(t)
+	if _, err := rt.CreateMachine(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(ctx, s.Name); err != nil {
+		t.Fatalf("start with IPv6 sysctls: %v", err)
+	}
+	m, err := rt.Inspect(ctx, s.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.Network.IPv6Subnet.Contains(m.IPv6) || !e.Network.IPv4Subnet.Contains(m.IPv4) {
+		t.Fatalf("addresses %v / %v not in %v / %v", m.IPv4, m.IPv6, e.Network.IPv4Subnet, e.Network.IPv6Subnet)
+	}
+}
+
+func TestImagesSaveLoadExistsAndPreload(t *testing.T) {
+	rt := newRuntime(t)
+	img := testImage(t, rt)
+	ctx := runtimetest.Ctx(t)
+	ok, err := rt.ImageExists(ctx, img)
+	if err != nil || !ok {
+		t.Fatalf("ImageExists(%s) = %v, %v", img, ok, err)
+	}
+	if ok, err := rt.ImageExists(ctx, "capct-test/does-not-exist:never"); err != nil || ok {
+		t.Fatalf("ImageExists(missing) = %v, %v", ok, err)
+	}
+	rc, err := rt.SaveImages(ctx, []string{img})
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := io.ReadAll(rc)
+	_ = rc.Close()
+	if err != nil || len(saved) < 1<<20 {
+		t.Fatalf("saved %d bytes, %v", len(saved), err)
+	}
+	if err := rt.LoadImage(ctx, bytes.NewReader(saved)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.LoadImage(ctx, strings.NewReader("not a tar")); err == nil {
+		t.Fatal("loading garbage succeeded")
+	}
+	// PreloadImages pipes the save into `ctr ... import -`; the busybox image
+	// has no ctr, so the exec must fail with a readable error naming it.
+	e := runtimetest.NewEnv(t, rt, img, container.IPv4)
+	m := e.Running(t, "preload")
+	err = container.PreloadImages(ctx, rt, m.Name, []string{img})
+	if err == nil || !strings.Contains(err.Error(), m.Name) {
+		t.Fatalf("preload into a node without ctr: %v", err)
+	}
+}
