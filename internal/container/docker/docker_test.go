@@ -235,7 +235,10 @@ func TestUnreachableEngineIsTypedAndBounded(t *testing.T) {
 			_, err := rt.EnsureNetwork(ctx, container.NetworkSpec{Name: "c1", Labels: map[string]string{container.LabelClusterUID: "u"}})
 			return err
 		},
-		"Exec":   func() error { _, err := rt.Exec(ctx, "c1-cp-0", container.ExecInput{Cmd: []string{"true"}}); return err },
+		"Exec": func() error {
+			_, err := rt.Exec(ctx, "c1-cp-0", container.ExecInput{Cmd: []string{"true"}})
+			return err
+		},
 		"Events": func() error { _, err := rt.Events(ctx, nil); return err },
 	}
 	for name, f := range checks {
