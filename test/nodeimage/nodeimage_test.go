@@ -335,6 +335,21 @@ func TestNodeImage(t *testing.T) {
 		return err
 	})
 
+	// A DNS query (UDP) through the kube-dns Service VIP, from the node with a
+	// resolv.conf that names only the cluster DNS.
+	eventually(t, time.Minute, "cluster DNS resolves kubernetes.default", func() error {
+		out, err := docker("exec", cp, "unshare", "-m", "bash", "-c",
+			"echo 'nameserver 10.96.0.10' > /tmp/resolv.conf && mount --bind /tmp/resolv.conf /etc/resolv.conf && "+
+				"getent ahostsv4 kubernetes.default.svc.cluster.local")
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(out, "10.96.0.1 ") {
+			return fmt.Errorf("kubernetes.default.svc.cluster.local resolved to %q", out)
+		}
+		return nil
+	})
+
 	t.Run("lb", func(t *testing.T) { testLB(t, network, cpIP) })
 
 	t.Run("join", func(t *testing.T) {
