@@ -656,17 +656,16 @@ func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (
 		for {
 			sctx, cancel := context.WithCancel(ctx)
 			msgs, errs := r.cli.Events(sctx, events.ListOptions{Filters: f, Since: since})
-			streamErr := func() error {
+			func() {
 				for {
 					select {
 					case <-ctx.Done():
-						return nil
-					case err := <-errs:
-						return err
+						return
+					case <-errs:
+						return
 					case m := <-msgs:
 						backoff = 100 * time.Millisecond
-						since = strconv.FormatInt(m.TimeNano, 10)
-						// Resume strictly after this event.
+						// Resume strictly after this event after a reconnect.
 						if m.TimeNano > 0 {
 							since = fmt.Sprintf("%d.%09d", (m.TimeNano+1)/1e9, (m.TimeNano+1)%1e9)
 						}
@@ -685,7 +684,7 @@ func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (
 						select {
 						case out <- ev:
 						case <-ctx.Done():
-							return nil
+							return
 						}
 					}
 				}
@@ -694,7 +693,6 @@ func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (
 			if ctx.Err() != nil {
 				return
 			}
-			_ = streamErr
 			t := r.clock.NewTimer(backoff)
 			select {
 			case <-ctx.Done():
