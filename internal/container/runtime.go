@@ -35,6 +35,8 @@ type Runtime interface {
 	// Delete removes the container by force, with its anonymous volumes.
 	// Deleting a missing container is not an error.
 	Delete(ctx context.Context, name string) error
+	// Signal sends signal (e.g. "SIGHUP") to the container's main process.
+	Signal(ctx context.Context, name, signal string) error
 	// Inspect returns the container's current state.
 	Inspect(ctx context.Context, name string) (*Machine, error)
 	// List returns the containers created by CAPCT (carrying LabelClusterUID)

@@ -333,6 +333,11 @@ func (r *Runtime) Stop(ctx context.Context, name string, timeout time.Duration) 
 	return wrap("stop", "container", name, r.cli.ContainerStop(ctx, name, dcontainer.StopOptions{Timeout: &secs}))
 }
 
+// Signal implements container.Runtime.
+func (r *Runtime) Signal(ctx context.Context, name, signal string) error {
+	return wrap("signal "+signal+" to", "container", name, r.cli.ContainerKill(ctx, name, signal))
+}
+
 // Delete implements container.Runtime. Deleting a missing container is not an
 // error.
 func (r *Runtime) Delete(ctx context.Context, name string) error {

@@ -37,6 +37,7 @@ const (
 	OpStart         Op = "Start"
 	OpStop          Op = "Stop"
 	OpDelete        Op = "Delete"
+	OpSignal        Op = "Signal"
 	OpInspect       Op = "Inspect"
 	OpList          Op = "List"
 	OpExec          Op = "Exec"
@@ -91,6 +92,7 @@ type Runtime struct {
 	subs       []*subscriber
 	handler    ExecHandler
 	execs      []ExecCall
+	signals    []string
 	nextID     int
 }
 
@@ -401,6 +403,31 @@ func (r *Runtime) Stop(ctx context.Context, name string, timeout time.Duration) 
 		r.emitLocked(container.EventDie, c)
 	}
 	return nil
+}
+
+// Signal implements container.Runtime: it records the signal (see Signals).
+func (r *Runtime) Signal(ctx context.Context, name, signal string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpSignal); err != nil {
+		return err
+	}
+	c, err := r.get("signal "+signal+" to", name)
+	if err != nil {
+		return err
+	}
+	if c.m.State != container.StateRunning {
+		return container.NewError("signal "+signal+" to", "container", name, container.KindConflict, fmt.Errorf("container %s is not running", name))
+	}
+	r.signals = append(r.signals, name+":"+signal)
+	return nil
+}
+
+// Signals returns the signals sent so far, as "container:SIGNAL".
+func (r *Runtime) Signals() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.signals...)
 }
 
 // Delete implements container.Runtime. Deleting a missing container is not an
