@@ -38,7 +38,7 @@ $(CONTROLLER_GEN): hack/tools/controller-gen/go.mod
 generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs, RBAC and webhook manifests
 	$(CONTROLLER_GEN) object paths=./api/... paths=./exp/api/...
 	$(CONTROLLER_GEN) crd paths=./api/... paths=./exp/api/... output:crd:artifacts:config=config/crd/bases
-	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./internal/... paths=./exp/internal/... output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./internal/... paths=./exp/... output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) webhook paths=./internal/webhooks/... output:webhook:artifacts:config=config/webhook
 
 .PHONY: verify

@@ -21,6 +21,7 @@ import (
 	logsv1 "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/feature"
 	"sigs.k8s.io/cluster-api/util/flags"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -32,7 +33,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/controllers"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/webhooks"
 )
 
@@ -237,7 +240,41 @@ func setupChecks(mgr ctrl.Manager) error {
 
 // setupReconcilers registers CAPCT's controllers. The MachinePool controller
 // runs only behind its feature gate, as in Cluster API.
-func setupReconcilers(_ context.Context, _ ctrl.Manager, o *options) error {
-	_ = controller.Options{MaxConcurrentReconciles: o.concurrency}
+func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
+	runtime, err := docker.New()
+	if err != nil {
+		return fmt.Errorf("failed to create the Docker runtime client: %w", err)
+	}
+	secretCachingClient, err := client.New(mgr.GetConfig(), client.Options{
+		HTTPClient: mgr.GetHTTPClient(),
+		Cache:      &client.CacheOptions{Reader: mgr.GetCache()},
+	})
+	if err != nil {
+		return fmt.Errorf("failed to create the Secret caching client: %w", err)
+	}
+	clusterCache, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
+		SecretClient:     secretCachingClient,
+		WatchFilterValue: o.watchFilter,
+		Client: clustercache.ClientOptions{
+			QPS:       o.clusterCacheClientQPS,
+			Burst:     o.clusterCacheClientBurst,
+			UserAgent: "capct-manager",
+			Cache:     clustercache.ClientCacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}},
+		},
+	}, controller.Options{MaxConcurrentReconciles: o.clusterCacheConcurrency})
+	if err != nil {
+		return fmt.Errorf("failed to set up the ClusterCache: %w", err)
+	}
+	options := controller.Options{MaxConcurrentReconciles: o.concurrency}
+	if err := (&controllers.ContainerClusterReconciler{
+		Client: mgr.GetClient(), Runtime: runtime, WatchFilterValue: o.watchFilter,
+	}).SetupWithManager(ctx, mgr, options); err != nil {
+		return err
+	}
+	if err := (&controllers.ContainerMachineReconciler{
+		Client: mgr.GetClient(), Runtime: runtime, ClusterCache: clusterCache, WatchFilterValue: o.watchFilter,
+	}).SetupWithManager(ctx, mgr, options); err != nil {
+		return err
+	}
 	return nil
 }

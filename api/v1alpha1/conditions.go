@@ -44,6 +44,18 @@ const (
 	// InvalidSpecReason: the input can never succeed (an unparseable version,
 	// malformed bootstrap data); retrying will not help.
 	InvalidSpecReason = "InvalidSpec"
+	// WaitingForLaunchReason: the container does not run yet.
+	WaitingForLaunchReason = "WaitingForLaunch"
+	// WaitingForBootstrapReason: the bootstrap data has not finished yet.
+	WaitingForBootstrapReason = "WaitingForBootstrap"
+	// WaitingForRegistrationReason: no Node has registered yet.
+	WaitingForRegistrationReason = "WaitingForRegistration"
+	// WaitingForControlPlaneReason: the workload cluster's control plane is
+	// not initialized yet.
+	WaitingForControlPlaneReason = "WaitingForControlPlane"
+	// BootstrapFailedReason: a bootstrap step failed; terminal, because
+	// kubeadm cannot be re-run on a half-initialised node.
+	BootstrapFailedReason = "BootstrapFailed"
 	// InProgressReason: the phase is running.
 	InProgressReason = "InProgress"
 	// SucceededReason: the phase finished.

@@ -1,0 +1,64 @@
+// Package controllers exports CAPCT's reconcilers, so that other programs
+// (test suites, a combined manager) can run them while their
+// implementations stay free to change under internal/.
+package controllers
+
+import (
+	"context"
+
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
+	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
+)
+
+// ContainerClusterReconciler reconciles ContainerClusters.
+type ContainerClusterReconciler struct {
+	Client  client.Client
+	Runtime container.Runtime
+	// Clock defaults to the real clock.
+	Clock clock.PassiveClock
+	// WatchFilterValue limits the controller to objects with this
+	// cluster.x-k8s.io/watch-filter label value.
+	WatchFilterValue string
+}
+
+// SetupWithManager sets up the reconciler with the manager.
+func (r *ContainerClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
+	return (&containercluster.Reconciler{
+		Client:           r.Client,
+		Runtime:          r.Runtime,
+		Clock:            r.Clock,
+		WatchFilterValue: r.WatchFilterValue,
+	}).SetupWithManager(ctx, mgr, options)
+}
+
+// ContainerMachineReconciler reconciles ContainerMachines, including the
+// machines of ContainerMachinePools.
+type ContainerMachineReconciler struct {
+	Client       client.Client
+	Runtime      container.Runtime
+	ClusterCache clustercache.ClusterCache
+	// Clock defaults to the real clock.
+	Clock clock.PassiveClock
+	// WatchFilterValue limits the controller to objects with this
+	// cluster.x-k8s.io/watch-filter label value.
+	WatchFilterValue string
+}
+
+// SetupWithManager sets up the reconciler with the manager.
+func (r *ContainerMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
+	return (&containermachine.Reconciler{
+		Client:           r.Client,
+		Runtime:          r.Runtime,
+		ClusterCache:     r.ClusterCache,
+		Clock:            r.Clock,
+		WatchFilterValue: r.WatchFilterValue,
+	}).SetupWithManager(ctx, mgr, options)
+}
+

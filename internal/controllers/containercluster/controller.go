@@ -1,0 +1,278 @@
+package containercluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/annotations"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/finalizers"
+	"sigs.k8s.io/cluster-api/util/patch"
+	"sigs.k8s.io/cluster-api/util/paused"
+	"sigs.k8s.io/cluster-api/util/predicates"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
+	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+)
+
+const (
+	// OrphanGracePeriod is how long a container may exist without its
+	// ContainerMachine before it is removed. It covers the window in which
+	// a cache has not yet seen a new ContainerMachine.
+	OrphanGracePeriod = time.Minute
+	// orphanCheckInterval is how often a provisioned cluster looks for
+	// orphans.
+	orphanCheckInterval = 2 * time.Minute
+	// deletionPoll is how often a deleting cluster looks again for machines
+	// that are still there.
+	deletionPoll = 2 * time.Second
+)
+
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containerclusters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containerclusters/status;containerclusters/finalizers,verbs=get;update;patch
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containermachines,verbs=get;list;watch
+
+// Reconciler reconciles ContainerClusters.
+type Reconciler struct {
+	Client  client.Client
+	Runtime container.Runtime
+	// Clock defaults to the real clock.
+	Clock clock.PassiveClock
+	// WatchFilterValue limits the controller to objects with this
+	// cluster.x-k8s.io/watch-filter label value.
+	WatchFilterValue string
+
+	recorder record.EventRecorder
+	lb       *loadbalancer.LoadBalancer
+}
+
+// SetupWithManager wires the controller.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	r.recorder = mgr.GetEventRecorderFor("containercluster-controller")
+	r.lb = &loadbalancer.LoadBalancer{Client: r.Client, Runtime: r.Runtime}
+	log := ctrl.LoggerFrom(ctx)
+	err := ctrl.NewControllerManagedBy(mgr).
+		For(&infrav1.ContainerCluster{}).
+		WithOptions(options).
+		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
+		Watches(&clusterv1.Cluster{},
+			handler.EnqueueRequestsFromMapFunc(util.ClusterToInfrastructureMapFunc(ctx, infrav1.GroupVersion.WithKind("ContainerCluster"), mgr.GetClient(), &infrav1.ContainerCluster{}))).
+		// Control-plane machines come, get addresses and go: each change may
+		// change the load balancer's backends.
+		Watches(&infrav1.ContainerMachine{}, handler.EnqueueRequestsFromMapFunc(r.controlPlaneMachineToCluster)).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("failed to set up the ContainerCluster controller: %w", err)
+	}
+	return nil
+}
+
+// Reconcile ensures the network and load balancer of a ContainerCluster,
+// or removes them once the cluster is deleted.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	cc := &infrav1.ContainerCluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, cc); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	cluster, err := util.GetOwnerCluster(ctx, r.Client, cc.ObjectMeta)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("failed to get the owner Cluster of ContainerCluster %s: %w", klog.KObj(cc), err)
+	}
+	if cluster == nil {
+		// Cluster API sets the owner reference; the Cluster watch brings
+		// the object back then.
+		return ctrl.Result{}, nil
+	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KObj(cluster)))
+	if annotations.IsExternallyManaged(cc) {
+		return ctrl.Result{}, nil
+	}
+	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, cc); err != nil || isPaused || requeue {
+		return ctrl.Result{}, err
+	}
+	if cc.DeletionTimestamp.IsZero() {
+		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, cc, infrav1.ClusterFinalizer); err != nil || added {
+			return ctrl.Result{}, err
+		}
+	}
+	helper, err := patch.NewHelper(cc, r.Client)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("failed to create a patch helper for ContainerCluster %s: %w", klog.KObj(cc), err)
+	}
+	defer func() {
+		setReadyCondition(cc, r.Clock.Now())
+		if err := helper.Patch(ctx, cc, patch.WithOwnedConditions{Conditions: []string{
+			infrav1.ReadyCondition, infrav1.LoadBalancerAvailableCondition,
+		}}); err != nil {
+			retErr = errors.Join(retErr, fmt.Errorf("failed to patch ContainerCluster %s: %w", klog.KObj(cc), err))
+		}
+	}()
+
+	if !cc.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, cluster, cc)
+	}
+	return r.reconcileNormal(ctx, cluster, cc)
+}
+
+func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (ctrl.Result, error) {
+	now := r.Clock.Now()
+	cc.Status.FailureDomains = cc.Spec.FailureDomains
+	family := lifecycle.IPFamilyOf(cluster, cc)
+	network := lifecycle.NetworkName(cluster, cc)
+	labels := container.OwnerLabels(cluster.Name, string(cluster.UID), "", "")
+	labels[container.LabelNamespace] = cluster.Namespace
+	if _, err := r.Runtime.EnsureNetwork(ctx, container.NetworkSpec{Name: network, Labels: labels, IPFamily: family}); err != nil {
+		setLoadBalancerCondition(cc, now, metav1.ConditionFalse, infrav1.FailedReason, err.Error())
+		return ctrl.Result{}, fmt.Errorf("failed to ensure network %s of ContainerCluster %s: %w", network, klog.KObj(cc), err)
+	}
+	lbContainer, err := r.lb.Ensure(ctx, loadbalancer.Spec{
+		Cluster: cluster, Network: network, IPFamily: family, Namespace: cluster.Namespace, Image: cc.Spec.LoadBalancer.Image,
+	})
+	if err != nil {
+		setLoadBalancerCondition(cc, now, metav1.ConditionFalse, infrav1.FailedReason, err.Error())
+		return ctrl.Result{}, err
+	}
+	if cc.Spec.ControlPlaneEndpoint.Host == "" {
+		host := lbContainer.IPv4
+		if family == container.IPv6 || !host.IsValid() {
+			host = lbContainer.IPv6
+		}
+		if !host.IsValid() {
+			return ctrl.Result{}, fmt.Errorf("load balancer container %s of ContainerCluster %s has no address", lbContainer.Name, klog.KObj(cc))
+		}
+		cc.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: host.String(), Port: loadbalancer.APIServerPort}
+	}
+	if port := lbContainer.HostPort(loadbalancer.APIServerPort); port != 0 {
+		cc.Status.LoadBalancer.HostPort = int32(port)
+	}
+	reloaded, err := r.lb.Sync(ctx, cluster, cc)
+	if err != nil {
+		setLoadBalancerCondition(cc, now, metav1.ConditionFalse, infrav1.FailedReason, err.Error())
+		return ctrl.Result{}, err
+	}
+	if reloaded {
+		r.recorder.Event(cc, corev1.EventTypeNormal, "LoadBalancerReloaded", "Rewrote the HAProxy configuration for a changed control plane")
+	}
+	setLoadBalancerCondition(cc, now, metav1.ConditionTrue, infrav1.SucceededReason, "")
+	cc.Status.Initialization.Provisioned = ptr.To(true)
+
+	if err := r.removeOrphans(ctx, cluster, now); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: orphanCheckInterval}, nil
+}
+
+// removeOrphans deletes the cluster's node containers whose ContainerMachine
+// no longer exists, for example after its finalizer was removed by hand.
+// Only containers carrying this cluster's UID are ever considered.
+func (r *Reconciler) removeOrphans(ctx context.Context, cluster *clusterv1.Cluster, now time.Time) error {
+	containers, err := container.ListOwned(ctx, r.Runtime, string(cluster.UID), nil)
+	if err != nil {
+		return fmt.Errorf("failed to list the containers of Cluster %s: %w", klog.KObj(cluster), err)
+	}
+	for _, c := range containers {
+		if !container.Role(c.Labels[container.LabelRole]).IsNode() || now.Sub(c.Created) < OrphanGracePeriod {
+			continue
+		}
+		key := client.ObjectKey{Namespace: c.Labels[container.LabelNamespace], Name: c.Labels[container.LabelMachine]}
+		err := r.Client.Get(ctx, key, &infrav1.ContainerMachine{})
+		if !apierrors.IsNotFound(err) {
+			if err != nil {
+				return fmt.Errorf("failed to get ContainerMachine %s: %w", key, err)
+			}
+			continue
+		}
+		ctrl.LoggerFrom(ctx).Info("Deleting orphaned container", "Container", c.Name, "ContainerMachine", key)
+		if err := r.Runtime.Delete(ctx, c.Name); err != nil && !container.IsNotFound(err) {
+			return fmt.Errorf("failed to delete orphaned container %s: %w", c.Name, err)
+		}
+	}
+	return nil
+}
+
+// reconcileDelete removes the load balancer, then the network once no
+// machine of the cluster remains, then the finalizer.
+func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (ctrl.Result, error) {
+	now := r.Clock.Now()
+	setLoadBalancerCondition(cc, now, metav1.ConditionFalse, infrav1.DeletingReason, "Deleting the load balancer")
+	if err := r.lb.Delete(ctx, cluster.Name); err != nil {
+		return ctrl.Result{}, err
+	}
+	remaining, err := container.ListOwned(ctx, r.Runtime, string(cluster.UID), nil)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("failed to list the containers of Cluster %s: %w", klog.KObj(cluster), err)
+	}
+	if len(remaining) > 0 {
+		setLoadBalancerCondition(cc, now, metav1.ConditionFalse, infrav1.DeletingReason,
+			fmt.Sprintf("Waiting for %d containers of the cluster to be deleted", len(remaining)))
+		return ctrl.Result{RequeueAfter: deletionPoll}, nil
+	}
+	network := lifecycle.NetworkName(cluster, cc)
+	if err := r.Runtime.DeleteNetwork(ctx, network); err != nil && !container.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("failed to delete network %s of ContainerCluster %s: %w", network, klog.KObj(cc), err)
+	}
+	controllerutil.RemoveFinalizer(cc, infrav1.ClusterFinalizer)
+	return ctrl.Result{}, nil
+}
+
+// controlPlaneMachineToCluster maps a control-plane ContainerMachine to its
+// ContainerCluster.
+func (r *Reconciler) controlPlaneMachineToCluster(ctx context.Context, o client.Object) []reconcile.Request {
+	if _, ok := o.GetLabels()[clusterv1.MachineControlPlaneLabel]; !ok {
+		return nil
+	}
+	clusterName := o.GetLabels()[clusterv1.ClusterNameLabel]
+	if clusterName == "" {
+		return nil
+	}
+	cluster := &clusterv1.Cluster{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: clusterName}, cluster); err != nil {
+		return nil
+	}
+	ref := cluster.Spec.InfrastructureRef
+	if ref.Kind != "ContainerCluster" || ref.Name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: cluster.Namespace, Name: ref.Name}}}
+}
+
+func setLoadBalancerCondition(cc *infrav1.ContainerCluster, now time.Time, status metav1.ConditionStatus, reason, message string) {
+	conditions.Set(cc, metav1.Condition{
+		Type: infrav1.LoadBalancerAvailableCondition, Status: status, Reason: reason, Message: message,
+		LastTransitionTime: metav1.NewTime(now),
+	})
+}
+
+// setReadyCondition mirrors LoadBalancerAvailable into Ready: the load
+// balancer and its network are all the cluster's infrastructure.
+func setReadyCondition(cc *infrav1.ContainerCluster, now time.Time) {
+	lb := conditions.Get(cc, infrav1.LoadBalancerAvailableCondition)
+	ready := metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionFalse, Reason: infrav1.InProgressReason,
+		Message: "Waiting for the load balancer", LastTransitionTime: metav1.NewTime(now)}
+	if lb != nil {
+		ready.Status, ready.Reason, ready.Message = lb.Status, lb.Reason, lb.Message
+	}
+	conditions.Set(cc, ready)
+}

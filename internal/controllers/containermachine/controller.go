@@ -1,0 +1,266 @@
+package containermachine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/finalizers"
+	"sigs.k8s.io/cluster-api/util/patch"
+	"sigs.k8s.io/cluster-api/util/paused"
+	"sigs.k8s.io/cluster-api/util/predicates"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
+	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+)
+
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containermachines,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containermachines/status;containermachines/finalizers,verbs=get;update;patch
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containerclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;machines;machinepools,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// Reconciler reconciles ContainerMachines.
+type Reconciler struct {
+	Client       client.Client
+	Runtime      container.Runtime
+	ClusterCache clustercache.ClusterCache
+	// Clock defaults to the real clock.
+	Clock clock.PassiveClock
+	// PodCIDRs assigns node pod CIDRs; nil turns node IPAM off.
+	PodCIDRs lifecycle.PodCIDRAssigner
+	// WorkloadClient overrides ClusterCache.GetClient, for tests.
+	WorkloadClient lifecycle.WorkloadClientFunc
+	// WatchFilterValue limits the controller to objects with this
+	// cluster.x-k8s.io/watch-filter label value.
+	WatchFilterValue string
+
+	lifecycle   *lifecycle.Machine
+	termination *lifecycle.Termination
+	// wakeups carries container events and finished bootstraps into the
+	// work queue.
+	wakeups chan event.GenericEvent
+}
+
+// SetupWithManager wires the controller; ctx bounds the background work it
+// starts (bootstraps, the container event stream).
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.WorkloadClient == nil {
+		if r.ClusterCache == nil {
+			return errors.New("ContainerMachine controller needs a ClusterCache or a WorkloadClient")
+		}
+		r.WorkloadClient = r.ClusterCache.GetClient
+	}
+	r.wakeups = make(chan event.GenericEvent, 1024)
+	deps := &lifecycle.Deps{
+		Client:         r.Client,
+		Runtime:        r.Runtime,
+		Clock:          r.Clock,
+		Recorder:       mgr.GetEventRecorderFor("containermachine-controller"),
+		WorkloadClient: r.WorkloadClient,
+		Bootstraps:     lifecycle.NewBootstrapRunner(ctx, r.wake),
+		PodCIDRs:       r.PodCIDRs,
+	}
+	r.lifecycle = lifecycle.NewMachine(deps)
+	r.termination = &lifecycle.Termination{
+		Deps:         deps,
+		LoadBalancer: lbSyncer{&loadbalancer.LoadBalancer{Client: r.Client, Runtime: r.Runtime}},
+	}
+
+	log := ctrl.LoggerFrom(ctx)
+	clusterToMachines, err := util.ClusterToTypedObjectsMapper(r.Client, &infrav1.ContainerMachineList{}, mgr.GetScheme())
+	if err != nil {
+		return fmt.Errorf("failed to create the Cluster to ContainerMachines mapper: %w", err)
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return r.pumpContainerEvents(ctx) })); err != nil {
+		return fmt.Errorf("failed to add the container event stream: %w", err)
+	}
+	err = ctrl.NewControllerManagedBy(mgr).
+		For(&infrav1.ContainerMachine{}).
+		WithOptions(options).
+		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
+		Watches(&clusterv1.Machine{},
+			handler.EnqueueRequestsFromMapFunc(util.MachineToInfrastructureMapFunc(infrav1.GroupVersion.WithKind("ContainerMachine")))).
+		Watches(&clusterv1.Cluster{},
+			handler.EnqueueRequestsFromMapFunc(clusterToMachines),
+			builder.WithPredicates(predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), log))).
+		WatchesRawSource(source.Channel(r.wakeups, &handler.EnqueueRequestForObject{})).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("failed to set up the ContainerMachine controller: %w", err)
+	}
+	return nil
+}
+
+// Reconcile fetches the ContainerMachine and its owners, then runs the
+// machine's lifecycle phases or its termination.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	cm := &infrav1.ContainerMachine{}
+	if err := r.Client.Get(ctx, req.NamespacedName, cm); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	cluster, err := util.GetClusterFromMetadata(ctx, r.Client, cm.ObjectMeta)
+	if err != nil {
+		if apierrors.IsNotFound(err) || errors.Is(err, util.ErrNoCluster) {
+			return ctrl.Result{}, r.releaseWithoutCluster(ctx, cm)
+		}
+		return ctrl.Result{}, fmt.Errorf("failed to get the Cluster of ContainerMachine %s: %w", klog.KObj(cm), err)
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KObj(cluster))
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, cm); err != nil || isPaused || requeue {
+		return ctrl.Result{}, err
+	}
+	if cm.DeletionTimestamp.IsZero() {
+		// Add the finalizer first, so that no container is ever created for
+		// an object that could vanish without cleaning it up.
+		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, cm, infrav1.MachineFinalizer); err != nil || added {
+			return ctrl.Result{}, err
+		}
+	}
+
+	s, err := r.scope(ctx, cluster, cm)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	helper, err := patch.NewHelper(cm, r.Client)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("failed to create a patch helper for ContainerMachine %s: %w", klog.KObj(cm), err)
+	}
+	defer func() {
+		lifecycle.SetReadyCondition(cm, r.Clock.Now())
+		cm.Status.Phase = lifecycle.DerivePhase(cm)
+		if err := helper.Patch(ctx, cm, patch.WithOwnedConditions{Conditions: ownedConditions}); err != nil {
+			retErr = errors.Join(retErr, fmt.Errorf("failed to patch ContainerMachine %s: %w", klog.KObj(cm), err))
+		}
+	}()
+
+	if !cm.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, s)
+	}
+	return r.lifecycle.Reconcile(ctx, s)
+}
+
+// ownedConditions are the conditions this controller writes; the patch
+// helper merges only these, so other writers' conditions survive.
+var ownedConditions = []string{
+	infrav1.ReadyCondition, infrav1.LaunchedCondition, infrav1.BootstrappedCondition,
+	infrav1.RegisteredCondition, infrav1.InitializedCondition, infrav1.PodCIDRAllocatedCondition,
+}
+
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *lifecycle.MachineScope) (ctrl.Result, error) {
+	done, res, err := r.termination.Reconcile(ctx, s)
+	if err != nil || !done {
+		return res, err
+	}
+	controllerutil.RemoveFinalizer(s.ContainerMachine, infrav1.MachineFinalizer)
+	return ctrl.Result{}, nil
+}
+
+// releaseWithoutCluster lets a ContainerMachine whose Cluster is gone be
+// deleted: without the Cluster's UID no container can be proven ours, and
+// the cluster's deletion removes its containers anyway.
+func (r *Reconciler) releaseWithoutCluster(ctx context.Context, cm *infrav1.ContainerMachine) error {
+	if cm.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(cm, infrav1.MachineFinalizer) {
+		return nil
+	}
+	before := cm.DeepCopy()
+	controllerutil.RemoveFinalizer(cm, infrav1.MachineFinalizer)
+	if err := r.Client.Patch(ctx, cm, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("failed to remove the finalizer of ContainerMachine %s: %w", klog.KObj(cm), err)
+	}
+	return nil
+}
+
+// scope gathers what the phases need.
+func (r *Reconciler) scope(ctx context.Context, cluster *clusterv1.Cluster, cm *infrav1.ContainerMachine) (*lifecycle.MachineScope, error) {
+	s := &lifecycle.MachineScope{Cluster: cluster, ContainerMachine: cm}
+	machine, err := util.GetOwnerMachine(ctx, r.Client, cm.ObjectMeta)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("failed to get the Machine of ContainerMachine %s: %w", klog.KObj(cm), err)
+	}
+	s.Machine = machine
+	if machine != nil {
+		s.Version = machine.Spec.Version
+		if name := machine.Spec.Bootstrap.DataSecretName; name != nil && *name != "" {
+			s.BootstrapDataSecretName = name
+		}
+	}
+	if ref := cluster.Spec.InfrastructureRef; ref.Name != "" {
+		cc := &infrav1.ContainerCluster{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: ref.Name}, cc)
+		switch {
+		case err == nil:
+			s.ContainerCluster = cc
+		case !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("failed to get ContainerCluster %s/%s: %w", cluster.Namespace, ref.Name, err)
+		}
+	}
+	return s, nil
+}
+
+// wake queues a machine for reconciliation from outside the informers. It
+// never blocks: when the queue is backed up the wakeup is dropped, and the
+// phases' own RequeueAfter brings the machine back soon enough.
+func (r *Reconciler) wake(key types.NamespacedName) {
+	obj := &infrav1.ContainerMachine{}
+	obj.Namespace, obj.Name = key.Namespace, key.Name
+	select {
+	case r.wakeups <- event.GenericEvent{Object: obj}:
+	default:
+	}
+}
+
+// pumpContainerEvents turns the runtime's container events into
+// reconciles, so that a container removed out of band is noticed within
+// seconds instead of at the next resync.
+func (r *Reconciler) pumpContainerEvents(ctx context.Context) error {
+	events, err := r.Runtime.Events(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("failed to watch container events: %w", err)
+	}
+	for ev := range events {
+		role := container.Role(ev.Labels[container.LabelRole])
+		ns, name := ev.Labels[container.LabelNamespace], ev.Labels[container.LabelMachine]
+		if !role.IsNode() || ns == "" || name == "" {
+			continue
+		}
+		r.wake(types.NamespacedName{Namespace: ns, Name: name})
+	}
+	return nil
+}
+
+// lbSyncer syncs the load balancer in front of a machine's cluster.
+type lbSyncer struct{ lb *loadbalancer.LoadBalancer }
+
+func (l lbSyncer) SyncFor(ctx context.Context, s *lifecycle.MachineScope) error {
+	_, err := l.lb.Sync(ctx, s.Cluster, s.ContainerCluster)
+	return err
+}
+
+var _ reconcile.Reconciler = &Reconciler{}

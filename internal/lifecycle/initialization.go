@@ -1,0 +1,117 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+)
+
+// UninitializedTaint is the taint a kubelet started with an external cloud
+// provider puts on its Node until a cloud controller initialises it. CAPCT
+// is that controller for its machines.
+const UninitializedTaint = "node.cloudprovider.kubernetes.io/uninitialized"
+
+// Initialization makes a registered Node usable: it assigns the Node's pod
+// CIDRs (node IPAM), gives the Node the machine's addresses and removes the
+// uninitialized taint, and waits for the Node to be Ready.
+type Initialization struct{ *Deps }
+
+// Reconcile implements Phase.
+func (i *Initialization) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, error) {
+	cm := s.ContainerMachine
+	now := i.Clock.Now()
+	if conditions.IsTrue(cm, infrav1.InitializedCondition) {
+		return ctrl.Result{}, nil
+	}
+	if c := conditions.Get(cm, infrav1.InitializedCondition); c != nil && c.Status == metav1.ConditionFalse && terminalReasons[c.Reason] {
+		return ctrl.Result{}, nil
+	}
+	if s.Node == nil {
+		setCondition(cm, now, infrav1.InitializedCondition, metav1.ConditionFalse, infrav1.WaitingForRegistrationReason, "Waiting for the Node to register")
+		return ctrl.Result{}, nil
+	}
+	workload, err := i.WorkloadClient(ctx, client.ObjectKeyFromObject(s.Cluster))
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("failed to reach the workload cluster of Cluster %s: %w", client.ObjectKeyFromObject(s.Cluster), err)
+	}
+
+	if i.PodCIDRs != nil {
+		done, err := i.PodCIDRs.AssignPodCIDRs(ctx, s, workload)
+		if err != nil || !done {
+			setCondition(cm, now, infrav1.InitializedCondition, metav1.ConditionFalse, infrav1.InProgressReason, "Waiting for the Node's pod CIDRs")
+			return ctrl.Result{RequeueAfter: nodePoll}, err
+		}
+	}
+	if err := i.removeUninitializedTaint(ctx, workload, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if !isNodeReady(s.Node) {
+		setCondition(cm, now, infrav1.InitializedCondition, metav1.ConditionFalse, infrav1.NodeNotReadyReason, fmt.Sprintf("Node %s is not Ready", s.Node.Name))
+		return ctrl.Result{RequeueAfter: nodePoll}, nil
+	}
+	if elapsed, ok := since(cm, now, infrav1.RegisteredCondition); ok {
+		initializationDuration.Observe(elapsed.Seconds())
+	}
+	setCondition(cm, now, infrav1.InitializedCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
+	i.Recorder.Eventf(cm, corev1.EventTypeNormal, "Initialized", "Node %s is Ready", s.Node.Name)
+	return ctrl.Result{}, nil
+}
+
+// removeUninitializedTaint gives the Node the machine's InternalIPs when the
+// kubelet left them out (as it does under an external cloud provider), then
+// removes the taint, so that nothing is scheduled on a Node without
+// addresses. The taint belongs to the kubelet's field manager, and
+// server-side apply cannot remove another manager's list item (kubernetes
+// PR#128866), so these writes are patches with an optimistic lock instead.
+func (i *Initialization) removeUninitializedTaint(ctx context.Context, workload client.Client, s *MachineScope) error {
+	node := s.Node
+	taints := make([]corev1.Taint, 0, len(node.Spec.Taints))
+	for _, t := range node.Spec.Taints {
+		if t.Key != UninitializedTaint {
+			taints = append(taints, t)
+		}
+	}
+	if len(taints) == len(node.Spec.Taints) {
+		return nil
+	}
+	if !hasInternalIP(node) && s.Container != nil {
+		before := node.DeepCopy()
+		for _, a := range Addresses(s.Container) {
+			node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeAddressType(a.Type), Address: a.Address})
+		}
+		if err := workload.Status().Patch(ctx, node, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("failed to set the addresses of Node %s: %w", node.Name, err)
+		}
+	}
+	before := node.DeepCopy()
+	node.Spec.Taints = taints
+	if err := workload.Patch(ctx, node, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("failed to remove taint %s from Node %s: %w", UninitializedTaint, node.Name, err)
+	}
+	return nil
+}
+
+func hasInternalIP(n *corev1.Node) bool {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return true
+		}
+	}
+	return false
+}
+
+func isNodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,242 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+)
+
+const (
+	// LaunchTimeout bounds the attempts to create and start a container once
+	// everything it needs is there.
+	LaunchTimeout = 5 * time.Minute
+	// launchRetry is how soon a failed launch is tried again.
+	launchRetry = 10 * time.Second
+	// apiServerPort is where kubeadm's API servers listen inside a node.
+	apiServerPort = 6443
+)
+
+// Launch creates and starts the machine's container once its Machine, the
+// cluster's infrastructure and the bootstrap data are there. The container
+// name is derived from the machine, so a launch interrupted by a crash is
+// adopted, not repeated. It also notices a container that went away: such a
+// machine is reported, not silently recreated, because recreating hid real
+// failures from CAPD's users.
+type Launch struct{ *Deps }
+
+// Reconcile implements Phase.
+func (l *Launch) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, error) {
+	cm := s.ContainerMachine
+	now := l.Clock.Now()
+	if c := conditions.Get(cm, infrav1.LaunchedCondition); c != nil && c.Status == metav1.ConditionFalse && terminalReasons[c.Reason] {
+		return ctrl.Result{}, nil
+	}
+
+	existing, err := l.Runtime.Inspect(ctx, s.ContainerName())
+	switch {
+	case err == nil:
+		return l.observe(ctx, s, existing, now)
+	case !container.IsNotFound(err):
+		return ctrl.Result{}, fmt.Errorf("failed to inspect the container of ContainerMachine %s/%s: %w", cm.Namespace, cm.Name, err)
+	}
+
+	if conditions.IsTrue(cm, infrav1.LaunchedCondition) {
+		msg := fmt.Sprintf("Container %s disappeared; CAPCT does not recreate it, delete the Machine to replace it", s.ContainerName())
+		setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.ContainerMissingReason, msg)
+		l.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.ContainerMissingReason, msg)
+		return ctrl.Result{}, nil
+	}
+
+	if reason, msg := waitingFor(s); reason != "" {
+		setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionFalse, reason, msg)
+		return ctrl.Result{}, nil
+	}
+	if !conditions.IsUnknown(cm, infrav1.LaunchedCondition) || conditions.Get(cm, infrav1.LaunchedCondition) == nil {
+		// Unknown marks the start of the launch: its transition time is
+		// what LaunchTimeout counts from.
+		setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionUnknown, infrav1.InProgressReason, "Creating the container")
+	}
+	return l.create(ctx, s, now)
+}
+
+// waitingFor names what the launch still waits for, or returns "".
+func waitingFor(s *MachineScope) (reason, message string) {
+	switch {
+	case s.Machine == nil:
+		return infrav1.WaitingForOwnerReason, "Waiting for a Machine to own the ContainerMachine"
+	case s.ContainerCluster == nil || s.Cluster.Status.Initialization.InfrastructureProvisioned == nil || !*s.Cluster.Status.Initialization.InfrastructureProvisioned:
+		return infrav1.WaitingForClusterInfrastructureReason, "Waiting for the cluster's infrastructure"
+	case s.BootstrapDataSecretName == nil:
+		return infrav1.WaitingForBootstrapDataReason, "Waiting for the bootstrap provider to write the bootstrap data"
+	}
+	return "", ""
+}
+
+func (l *Launch) create(ctx context.Context, s *MachineScope, now time.Time) (ctrl.Result, error) {
+	cm := s.ContainerMachine
+	image, err := s.Image()
+	if err != nil {
+		setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.InvalidSpecReason, err.Error())
+		l.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.InvalidSpecReason, err.Error())
+		return ctrl.Result{}, reconcile.TerminalError(err)
+	}
+	spec := container.MachineSpec{
+		Name:        s.ContainerName(),
+		Image:       image,
+		Network:     NetworkName(s.Cluster, s.ContainerCluster),
+		Labels:      s.ContainerLabels(),
+		Role:        s.Role(),
+		KindNode:    true,
+		IPFamily:    IPFamilyOf(s.Cluster, s.ContainerCluster),
+		ExtraMounts: mounts(cm.Spec.ExtraMounts),
+		Resources:   resources(cm.Spec.Resources),
+	}
+	if s.IsControlPlane() {
+		spec.PortMappings = []container.PortMapping{{ContainerPort: apiServerPort, HostIP: "127.0.0.1"}}
+	}
+	m, err := l.Runtime.CreateMachine(ctx, spec)
+	if err == nil {
+		err = l.Runtime.Start(ctx, spec.Name)
+	}
+	if err == nil {
+		m, err = l.Runtime.Inspect(ctx, spec.Name)
+	}
+	if err != nil {
+		return l.failed(s, now, fmt.Errorf("failed to launch container %s for ContainerMachine %s/%s: %w", spec.Name, cm.Namespace, cm.Name, err))
+	}
+	l.Recorder.Eventf(cm, corev1.EventTypeNormal, "Launched", "Launched container %s from %s", spec.Name, image)
+	return l.observe(ctx, s, m, now)
+}
+
+// failed records a failed attempt; past LaunchTimeout the failure is final.
+func (l *Launch) failed(s *MachineScope, now time.Time, err error) (ctrl.Result, error) {
+	cm := s.ContainerMachine
+	l.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.LaunchFailedReason, err.Error())
+	if elapsed, ok := since(cm, now, infrav1.LaunchedCondition); ok && elapsed >= LaunchTimeout {
+		setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.LaunchFailedReason,
+			fmt.Sprintf("Launch did not succeed within %s: %v", LaunchTimeout, err))
+		return ctrl.Result{}, reconcile.TerminalError(err)
+	}
+	setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionUnknown, infrav1.FailedReason, err.Error())
+	if errors.Is(err, context.Canceled) {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: launchRetry}, nil
+}
+
+// observe records a container that exists. A container that was created but
+// never started (a crash between the two calls) is started; one that ran and
+// stopped is reported.
+func (l *Launch) observe(ctx context.Context, s *MachineScope, m *container.Machine, now time.Time) (ctrl.Result, error) {
+	cm := s.ContainerMachine
+	if !container.SameOwner(m.Labels, s.ContainerLabels()) {
+		return l.failed(s, now, fmt.Errorf("container %s exists but belongs to another cluster or machine", m.Name))
+	}
+	if m.State != container.StateRunning {
+		if conditions.IsTrue(cm, infrav1.LaunchedCondition) {
+			msg := fmt.Sprintf("Container %s is %s", m.Name, m.State)
+			setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.ContainerMissingReason, msg)
+			l.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.ContainerMissingReason, msg)
+			return ctrl.Result{}, nil
+		}
+		if err := l.Runtime.Start(ctx, m.Name); err != nil {
+			return l.failed(s, now, fmt.Errorf("failed to start container %s: %w", m.Name, err))
+		}
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	s.Container = m
+	cm.Status.Addresses = Addresses(m)
+	if !conditions.IsTrue(cm, infrav1.LaunchedCondition) {
+		setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
+		launchDuration.Observe(now.Sub(cm.CreationTimestamp.Time).Seconds())
+	}
+	return ctrl.Result{}, nil
+}
+
+// Addresses are a machine's addresses: its hostname and one InternalIP per
+// family, published from launch on because the load balancer needs a
+// control-plane machine's address before kubeadm init finishes.
+func Addresses(m *container.Machine) []clusterv1.MachineAddress {
+	addrs := []clusterv1.MachineAddress{{Type: clusterv1.MachineHostName, Address: m.Name}}
+	if m.IPv4.IsValid() {
+		addrs = append(addrs, clusterv1.MachineAddress{Type: clusterv1.MachineInternalIP, Address: m.IPv4.String()})
+	}
+	if m.IPv6.IsValid() {
+		addrs = append(addrs, clusterv1.MachineAddress{Type: clusterv1.MachineInternalIP, Address: m.IPv6.String()})
+	}
+	return addrs
+}
+
+// NetworkName is the container network of a cluster.
+func NetworkName(cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) string {
+	if cc != nil && cc.Spec.Network.Name != "" {
+		return cc.Spec.Network.Name
+	}
+	return "capct-" + cluster.Name
+}
+
+// IPFamilyOf is the IP family of a cluster's container network:
+// spec.network.ipFamily, else the families of the Cluster's pod CIDRs, else
+// IPv4.
+func IPFamilyOf(cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) container.IPFamily {
+	family := infrav1.IPFamily("")
+	if cc != nil {
+		family = cc.Spec.Network.IPFamily
+	}
+	if family == "" && cluster != nil {
+		var v4, v6 bool
+		for _, cidr := range cluster.Spec.ClusterNetwork.Pods.CIDRBlocks {
+			if p, err := netip.ParsePrefix(cidr); err == nil {
+				v4 = v4 || p.Addr().Is4()
+				v6 = v6 || !p.Addr().Is4()
+			}
+		}
+		switch {
+		case v4 && v6:
+			family = infrav1.DualStackFamily
+		case v6:
+			family = infrav1.IPv6Family
+		}
+	}
+	switch family {
+	case infrav1.IPv6Family:
+		return container.IPv6
+	case infrav1.DualStackFamily:
+		return container.DualStack
+	}
+	return container.IPv4
+}
+
+func mounts(in []infrav1.Mount) []container.Mount {
+	out := make([]container.Mount, 0, len(in))
+	for _, m := range in {
+		out = append(out, container.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, ReadOnly: m.ReadOnly})
+	}
+	return out
+}
+
+func resources(r *infrav1.MachineResources) container.Resources {
+	var out container.Resources
+	if r == nil {
+		return out
+	}
+	if r.CPUs != nil {
+		out.MilliCPUs = r.CPUs.MilliValue()
+	}
+	if r.Memory != nil {
+		out.MemoryBytes = r.Memory.Value()
+	}
+	return out
+}

@@ -1,0 +1,49 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+
+	"sigs.k8s.io/cluster-api/util"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// Phase is one step of a machine's life. Reconcile is idempotent: it looks
+// at its own condition first and does nothing once its work is done.
+type Phase interface {
+	Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, error)
+}
+
+// Machine runs the phases of a machine's life in order.
+type Machine struct {
+	phases []Phase
+}
+
+// NewMachine returns the lifecycle of CAPCT machines.
+func NewMachine(d *Deps) *Machine {
+	return &Machine{phases: []Phase{
+		&Launch{d},
+		&Bootstrap{d},
+		&Provision{d},
+		&Registration{d},
+		&Initialization{d},
+		&Liveness{d},
+	}}
+}
+
+// Reconcile runs every phase, even after one fails, so that Liveness can
+// still judge timeouts; it returns the soonest requeue and all errors.
+// Phases further along are gated on the conditions that earlier ones set, so
+// running them does nothing until those are true.
+func (m *Machine) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, error) {
+	var result ctrl.Result
+	var errs []error
+	for _, p := range m.phases {
+		res, err := p.Reconcile(ctx, s)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		result = util.LowestNonZeroResult(result, res)
+	}
+	return result, errors.Join(errs...)
+}

@@ -1,0 +1,109 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/ssa"
+)
+
+const (
+	// FieldOwner is CAPCT's field manager for what it sets on Nodes.
+	FieldOwner = "capct"
+	// nodePoll is how often a machine waiting on its Node looks again.
+	nodePoll = 5 * time.Second
+)
+
+// Registration finds the machine's Node in the workload cluster, by
+// providerID or else by name (the kubelet's hostname is the container
+// name), and sets spec.providerID on it when the kubelet did not.
+type Registration struct{ *Deps }
+
+// Reconcile implements Phase.
+func (r *Registration) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, error) {
+	cm := s.ContainerMachine
+	now := r.Clock.Now()
+	if !ptrTrue(cm.Status.Initialization.Provisioned) {
+		if !conditions.IsTrue(cm, infrav1.RegisteredCondition) {
+			setCondition(cm, now, infrav1.RegisteredCondition, metav1.ConditionFalse, infrav1.WaitingForBootstrapReason, "Waiting for the bootstrap data to run")
+		}
+		return ctrl.Result{}, nil
+	}
+	if c := conditions.Get(cm, infrav1.RegisteredCondition); c != nil && c.Status == metav1.ConditionFalse && terminalReasons[c.Reason] {
+		return ctrl.Result{}, nil
+	}
+	if !conditions.IsTrue(s.Cluster, clusterv1.ClusterControlPlaneInitializedCondition) {
+		setCondition(cm, now, infrav1.RegisteredCondition, metav1.ConditionFalse, infrav1.WaitingForControlPlaneReason, "Waiting for the control plane to be initialized")
+		return ctrl.Result{RequeueAfter: nodePoll}, nil
+	}
+	workload, err := r.WorkloadClient(ctx, client.ObjectKeyFromObject(s.Cluster))
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("failed to reach the workload cluster of Cluster %s: %w", client.ObjectKeyFromObject(s.Cluster), err)
+	}
+	node, err := findNode(ctx, workload, s.ProviderID(), s.ContainerName())
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if node == nil {
+		if !conditions.IsTrue(cm, infrav1.RegisteredCondition) {
+			setCondition(cm, now, infrav1.RegisteredCondition, metav1.ConditionFalse, infrav1.NodeNotFoundReason,
+				fmt.Sprintf("No Node with providerID %s or name %s yet", s.ProviderID(), s.ContainerName()))
+		}
+		return ctrl.Result{RequeueAfter: nodePoll}, nil
+	}
+	if node.Spec.ProviderID == "" {
+		if err := ssa.Apply(ctx, workload, FieldOwner, &corev1.Node{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+			ObjectMeta: metav1.ObjectMeta{Name: node.Name},
+			Spec:       corev1.NodeSpec{ProviderID: s.ProviderID()},
+		}); err != nil {
+			return ctrl.Result{}, fmt.Errorf("failed to set providerID on Node %s: %w", node.Name, err)
+		}
+		node.Spec.ProviderID = s.ProviderID()
+	}
+	s.Node = node
+	if !conditions.IsTrue(cm, infrav1.RegisteredCondition) {
+		if elapsed, ok := since(cm, now, infrav1.LaunchedCondition); ok {
+			registrationDuration.Observe(elapsed.Seconds())
+		}
+		setCondition(cm, now, infrav1.RegisteredCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
+	}
+	return ctrl.Result{}, nil
+}
+
+// findNode returns the Node with providerID, else the one named name whose
+// providerID is empty or equal; nil when there is none.
+func findNode(ctx context.Context, c client.Client, providerID, name string) (*corev1.Node, error) {
+	node := &corev1.Node{}
+	err := c.Get(ctx, client.ObjectKey{Name: name}, node)
+	switch {
+	case err == nil && (node.Spec.ProviderID == "" || node.Spec.ProviderID == providerID):
+		return node, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("failed to get Node %s: %w", name, err)
+	}
+	// The kubelet may have registered under another name (a hostname
+	// override); the providerID still identifies it.
+	nodes := &corev1.NodeList{}
+	if err := c.List(ctx, nodes); err != nil {
+		return nil, fmt.Errorf("failed to list Nodes: %w", err)
+	}
+	for i := range nodes.Items {
+		if nodes.Items[i].Spec.ProviderID == providerID {
+			return &nodes.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+func ptrTrue(b *bool) bool { return b != nil && *b }

@@ -1,0 +1,149 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/blang/semver/v4"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+)
+
+// DefaultNodeImageRepository is where CAPCT's node images live; the tag is
+// the Kubernetes version (make node-image builds capct/node:v1.35.4).
+const DefaultNodeImageRepository = "capct/node"
+
+// WorkloadClientFunc returns a client of a workload cluster, such as Cluster
+// API's ClusterCache.GetClient.
+type WorkloadClientFunc func(ctx context.Context, cluster client.ObjectKey) (client.Client, error)
+
+// Deps are what the phases share across machines.
+type Deps struct {
+	// Client reads and writes the management cluster.
+	Client client.Client
+	// Runtime runs the machines' containers.
+	Runtime container.Runtime
+	// Clock is the only source of time for timeouts.
+	Clock clock.PassiveClock
+	// Recorder emits Kubernetes events on the ContainerMachine.
+	Recorder record.EventRecorder
+	// WorkloadClient reaches the workload cluster's API server.
+	WorkloadClient WorkloadClientFunc
+	// Bootstraps runs bootstrap data asynchronously.
+	Bootstraps *BootstrapRunner
+	// PodCIDRs assigns node pod CIDRs; nil when node IPAM is off.
+	PodCIDRs PodCIDRAssigner
+}
+
+// PodCIDRAssigner is the node IPAM hook of the Initialization phase.
+type PodCIDRAssigner interface {
+	// AssignPodCIDRs allocates the machine's pod CIDRs, records them on the
+	// ContainerMachine, sets them on the Node and programs routes. It sets
+	// the PodCIDRAllocated condition itself and reports whether the node's
+	// CIDRs are in place.
+	AssignPodCIDRs(ctx context.Context, s *MachineScope, workload client.Client) (done bool, err error)
+}
+
+// MachineScope is what the phases of one reconcile work on.
+type MachineScope struct {
+	Cluster          *clusterv1.Cluster
+	ContainerCluster *infrav1.ContainerCluster
+	// Machine owns the ContainerMachine; nil until Cluster API sets the
+	// owner reference.
+	Machine          *clusterv1.Machine
+	ContainerMachine *infrav1.ContainerMachine
+
+	// BootstrapDataSecretName names the Secret with the bootstrap data; nil
+	// until the bootstrap provider has written it.
+	BootstrapDataSecretName *string
+	// Version is the Kubernetes version the machine runs, e.g. v1.35.4.
+	Version string
+
+	// Container is the machine's container as the runtime last reported it.
+	// It is set by Launch.
+	Container *container.Machine
+	// Node is the workload cluster's Node of the machine. It is set by
+	// Registration.
+	Node *corev1.Node
+}
+
+// ContainerName is the machine's container name: the machine's name, with
+// the cluster's name in front unless it already starts with it, as kind and
+// CAPD name theirs. Container names are global on a host, so the prefix
+// keeps two clusters' machines apart.
+func (s *MachineScope) ContainerName() string {
+	name := s.ContainerMachine.Name
+	if strings.HasPrefix(name, s.Cluster.Name) {
+		return name
+	}
+	return s.Cluster.Name + "-" + name
+}
+
+// ProviderID is the provider ID of the machine: container:///<container>.
+func (s *MachineScope) ProviderID() string {
+	return infrav1.ProviderIDPrefix + s.ContainerName()
+}
+
+// IsControlPlane reports whether the machine runs a control-plane node.
+func (s *MachineScope) IsControlPlane() bool {
+	_, ok := s.ContainerMachine.Labels[clusterv1.MachineControlPlaneLabel]
+	if !ok && s.Machine != nil {
+		_, ok = s.Machine.Labels[clusterv1.MachineControlPlaneLabel]
+	}
+	return ok
+}
+
+// Role is the container role of the machine.
+func (s *MachineScope) Role() container.Role {
+	if s.IsControlPlane() {
+		return container.RoleControlPlane
+	}
+	return container.RoleWorker
+}
+
+// ContainerLabels are the ownership labels of the machine's container.
+func (s *MachineScope) ContainerLabels() map[string]string {
+	labels := container.OwnerLabels(s.Cluster.Name, string(s.Cluster.UID), s.ContainerMachine.Name, string(s.Role()))
+	labels[container.LabelNamespace] = s.ContainerMachine.Namespace
+	if pool := s.ContainerMachine.Labels[clusterv1.MachinePoolNameLabel]; pool != "" {
+		labels[container.LabelPool] = pool
+	}
+	return labels
+}
+
+// InvalidSpecError is input that can never succeed, such as an unparseable
+// version; retrying will not help, so callers stop retrying.
+type InvalidSpecError struct{ Err error }
+
+func (e *InvalidSpecError) Error() string { return e.Err.Error() }
+func (e *InvalidSpecError) Unwrap() error { return e.Err }
+
+// Image is the machine's node image: spec.image, or CAPCT's node image for
+// the machine's Kubernetes version.
+func (s *MachineScope) Image() (string, error) {
+	if s.ContainerMachine.Spec.Image != "" {
+		return s.ContainerMachine.Spec.Image, nil
+	}
+	if s.Version == "" {
+		return "", &InvalidSpecError{Err: fmt.Errorf("no image: spec.image is empty and Machine %s has no Kubernetes version", s.machineName())}
+	}
+	v, err := semver.ParseTolerant(s.Version)
+	if err != nil {
+		return "", &InvalidSpecError{Err: fmt.Errorf("failed to parse Kubernetes version %q of Machine %s: %w", s.Version, s.machineName(), err)}
+	}
+	return fmt.Sprintf("%s:v%d.%d.%d", DefaultNodeImageRepository, v.Major, v.Minor, v.Patch), nil
+}
+
+func (s *MachineScope) machineName() string {
+	if s.Machine == nil {
+		return "<none>"
+	}
+	return s.Machine.Namespace + "/" + s.Machine.Name
+}

@@ -1,0 +1,63 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/capct/cluster-api-provider-container/internal/container"
+)
+
+// deletionPoll is how soon a deletion looks again for a container that is
+// still there.
+const deletionPoll = time.Second
+
+// LoadBalancerSyncer rewrites a cluster's load balancer configuration.
+type LoadBalancerSyncer interface {
+	// SyncFor rewrites the configuration of the load balancer in front of
+	// the machine's control plane, if it changed.
+	SyncFor(ctx context.Context, s *MachineScope) error
+}
+
+// Termination deletes a machine's container. A control-plane machine leaves
+// the load balancer first (its weight drops to 0 as soon as it is being
+// deleted), so that no request goes to an API server that is going away.
+// The container's disappearance is confirmed before the caller removes the
+// finalizer; a container that is already gone never blocks deletion.
+type Termination struct {
+	*Deps
+	LoadBalancer LoadBalancerSyncer
+}
+
+// Reconcile returns done once the container is gone.
+func (t *Termination) Reconcile(ctx context.Context, s *MachineScope) (done bool, result ctrl.Result, err error) {
+	cm := s.ContainerMachine
+	t.Bootstraps.Forget(client.ObjectKeyFromObject(cm))
+	if s.IsControlPlane() && t.LoadBalancer != nil && s.ContainerCluster != nil && s.ContainerCluster.DeletionTimestamp.IsZero() {
+		if err := t.LoadBalancer.SyncFor(ctx, s); err != nil {
+			return false, ctrl.Result{}, fmt.Errorf("failed to take ContainerMachine %s/%s out of the load balancer: %w", cm.Namespace, cm.Name, err)
+		}
+	}
+	name := s.ContainerName()
+	existing, err := t.Runtime.Inspect(ctx, name)
+	if container.IsNotFound(err) {
+		return true, ctrl.Result{}, nil
+	}
+	if err != nil {
+		return false, ctrl.Result{}, fmt.Errorf("failed to inspect container %s of ContainerMachine %s/%s: %w", name, cm.Namespace, cm.Name, err)
+	}
+	if !container.SameOwner(existing.Labels, s.ContainerLabels()) {
+		// Another cluster's container with this name is not ours to delete.
+		return true, ctrl.Result{}, nil
+	}
+	if err := t.Runtime.Delete(ctx, name); err != nil && !container.IsNotFound(err) {
+		return false, ctrl.Result{}, fmt.Errorf("failed to delete container %s of ContainerMachine %s/%s: %w", name, cm.Namespace, cm.Name, err)
+	}
+	t.Recorder.Eventf(cm, corev1.EventTypeNormal, "Deleted", "Deleted container %s", name)
+	// Confirm on the next pass rather than trusting the delete call.
+	return false, ctrl.Result{RequeueAfter: deletionPoll}, nil
+}
