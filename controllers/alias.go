@@ -61,4 +61,3 @@ func (r *ContainerMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 		WatchFilterValue: r.WatchFilterValue,
 	}).SetupWithManager(ctx, mgr, options)
 }
-

@@ -328,4 +328,3 @@ func TestClusterEndpointPortDefaults(t *testing.T) {
 		t.Fatalf("want port 6443 defaulted, got %d", c.Spec.ControlPlaneEndpoint.Port)
 	}
 }
-
