@@ -46,13 +46,13 @@ mkdir -p "$DEST"
 # The manager image defaults to the released version; users of locally built
 # images override it with CAPCT_MANAGER_IMAGE at `clusterctl init`.
 "$KUSTOMIZE" build "$ROOT/config/default" > "$DEST/infrastructure-components.yaml.tmp"
-dev='${CAPCT_MANAGER_IMAGE:=capct/manager:dev}'
-rel="\${CAPCT_MANAGER_IMAGE:=capct/manager:$VERSION}"
+dev='${CAPCT_MANAGER_IMAGE:=docker.io/capct/manager:dev}'
+rel="\${CAPCT_MANAGER_IMAGE:=docker.io/capct/manager:$VERSION}"
 if [[ $(grep -cF "$dev" "$DEST/infrastructure-components.yaml.tmp") != 1 ]]; then
   echo "release-manifests: expected exactly one '$dev' in the components" >&2
   exit 1
 fi
-sed "s|\${CAPCT_MANAGER_IMAGE:=capct/manager:dev}|${rel//|/\\|}|" "$DEST/infrastructure-components.yaml.tmp" > "$DEST/infrastructure-components.yaml"
+sed "s|\${CAPCT_MANAGER_IMAGE:=docker.io/capct/manager:dev}|${rel//|/\\|}|" "$DEST/infrastructure-components.yaml.tmp" > "$DEST/infrastructure-components.yaml"
 rm "$DEST/infrastructure-components.yaml.tmp"
 
 cp "$ROOT/metadata.yaml" "$DEST/metadata.yaml"
