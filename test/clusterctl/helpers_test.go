@@ -23,6 +23,8 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client"
+	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/cluster"
+	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/config"
 	clusterctllog "sigs.k8s.io/cluster-api/cmd/clusterctl/log"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,7 +34,7 @@ import (
 // newClusterctl returns clusterctl's client with a configuration file that
 // declares the provider "container" at the release repository, plus extra
 // variables (as a user would put them in clusterctl.yaml).
-func newClusterctl(t *testing.T, variables map[string]string) client.Client {
+func newClusterctl(t *testing.T, variables map[string]string, options ...client.Option) client.Client {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "providers:\n- name: container\n  type: InfrastructureProvider\n  url: file://%s\n",
@@ -47,12 +49,32 @@ func newClusterctl(t *testing.T, variables map[string]string) client.Client {
 	// clusterctl keeps its configuration and the variables it sets (such
 	// as KUBERNETES_VERSION) in viper's global instance: start afresh.
 	viper.Reset()
-	c, err := client.New(context.Background(), path)
+	c, err := client.New(context.Background(), path, options...)
 	if err != nil {
 		t.Fatalf("clusterctl client: %v", err)
 	}
 	return c
 }
+
+// envtestClusterClients lets clusterctl talk to envtest's API server, whose
+// binaries are built from source without a version stamp (v0.0.0-master),
+// which clusterctl's minimum-version check would refuse. Nothing else of
+// clusterctl's cluster client changes.
+func envtestClusterClients(t *testing.T) client.Option {
+	t.Helper()
+	return client.InjectClusterClientFactory(func(in client.ClusterClientFactoryInput) (cluster.Client, error) {
+		cfg, err := config.New(context.Background(), "")
+		if err != nil {
+			return nil, err
+		}
+		kc := cluster.Kubeconfig(in.Kubeconfig)
+		return cluster.New(kc, cfg, cluster.InjectProxy(unversionedProxy{cluster.NewProxy(kc)})), nil
+	})
+}
+
+type unversionedProxy struct{ cluster.Proxy }
+
+func (unversionedProxy) ValidateKubernetesVersion() error { return nil }
 
 // unsetClusterctlEnv makes sure variables the tests expect to be missing or
 // defaulted are not inherited from the caller's environment.

@@ -19,6 +19,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 // version is the release the tests build and read back.
@@ -39,6 +42,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	ctrl.SetLogger(logr.Discard())
 	_, file, _, _ := runtime.Caller(0)
 	repoRoot = filepath.Join(filepath.Dir(file), "..", "..")
 	dir, err := os.MkdirTemp("", "capct-release-")
