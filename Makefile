@@ -66,12 +66,14 @@ test-go: ## Run the Go tests against a real API server and Docker engine
 	KUBEBUILDER_ASSETS="$$(hack/ensure-envtest.sh)" go test -count=1 -timeout $(GO_TEST_TIMEOUT) $(GO_TEST_PACKAGES)
 
 .PHONY: test-fuzz
-test-fuzz: ## Run the node IPAM fuzzer for a short, seeded time
+test-fuzz: ## Run the fuzzers (node IPAM, bootstrap data) for a short time each
 	go test -run='^$$' -fuzz=FuzzAllocator -fuzztime=$(FUZZ_TIME) ./internal/ipam
+	go test -run='^$$' -fuzz=FuzzPlan -fuzztime=$(FUZZ_TIME) ./internal/provisioning
 
 .PHONY: bench
 bench: ## Run the Go benchmarks (IPAM allocator, runtime seam overhead)
 	hack/ensure-docker.sh
 	go test -run='^$$' -bench=. -benchmem ./internal/ipam ./internal/container/...
 
--include hack/node-image/images.mk
+include hack/release.mk
+include hack/node-image/images.mk

@@ -19,6 +19,10 @@ func SetReadyCondition(m *infrav1.ContainerMachine, now time.Time) {
 		setCondition(m, now, infrav1.ReadyCondition, metav1.ConditionFalse, infrav1.DeletingReason, "Deleting the container")
 		return
 	}
+	if c := TerminalCondition(m); c != nil {
+		setCondition(m, now, infrav1.ReadyCondition, metav1.ConditionFalse, c.Reason, c.Type+": "+c.Message)
+		return
+	}
 	for _, t := range phaseConditions {
 		c := conditions.Get(m, t)
 		if c == nil {

@@ -1,0 +1,534 @@
+package lifecycle
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	fakeruntime "github.com/capct/cluster-api-provider-container/internal/container/fake"
+	"github.com/capct/cluster-api-provider-container/internal/provisioning"
+)
+
+var start = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+
+// env is one machine's world: a fake runtime and clock, a management
+// cluster client holding the bootstrap Secret and a workload client.
+type env struct {
+	t        *testing.T
+	clock    *clocktesting.FakeClock
+	runtime  *fakeruntime.Runtime
+	mgmt     client.Client
+	workload client.Client
+	deps     *Deps
+	finished chan types.NamespacedName
+	recorder *record.FakeRecorder
+}
+
+const cloudConfig = `## template: jinja
+#cloud-config
+write_files:
+- path: /etc/capct/hostname
+  content: "{{ ds.meta_data.hostname }}"
+- path: /run/cluster-api/bootstrap-success.complete
+  content: success
+runcmd:
+- "echo hello"
+`
+
+func newEnv(t *testing.T, bootstrapData string) *env {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, infrav1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk := clocktesting.NewFakeClock(start)
+	e := &env{
+		t:        t,
+		clock:    clk,
+		runtime:  fakeruntime.New(clk),
+		recorder: record.NewFakeRecorder(100),
+		finished: make(chan types.NamespacedName, 10),
+	}
+	e.mgmt = fake.NewClientBuilder().WithScheme(scheme).WithObjects(&corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bootstrap"},
+		Data:       map[string][]byte{"value": []byte(bootstrapData), "format": []byte("cloud-config")},
+	}).Build()
+	e.workload = fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&corev1.Node{}).Build()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	e.deps = &Deps{
+		Client:   e.mgmt,
+		Runtime:  e.runtime,
+		Clock:    clk,
+		Recorder: e.recorder,
+		WorkloadClient: func(context.Context, client.ObjectKey) (client.Client, error) {
+			return e.workload, nil
+		},
+		Bootstraps: NewBootstrapRunner(ctx, func(k types.NamespacedName) { e.finished <- k }),
+	}
+	if _, err := e.runtime.EnsureNetwork(ctx, container.NetworkSpec{Name: "capct-c1", IPFamily: container.IPv4}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// scope returns a control-plane machine whose prerequisites are all met.
+func newScope() *MachineScope {
+	cluster := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1", UID: "uid-1"},
+		Status: clusterv1.ClusterStatus{
+			Initialization: clusterv1.ClusterInitializationStatus{InfrastructureProvisioned: ptr.To(true)},
+			Conditions: []metav1.Condition{{Type: clusterv1.ClusterControlPlaneInitializedCondition, Status: metav1.ConditionTrue,
+				Reason: "Initialized", LastTransitionTime: metav1.NewTime(start)}},
+		},
+	}
+	return &MachineScope{
+		Cluster:          cluster,
+		ContainerCluster: &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}},
+		Machine: &clusterv1.Machine{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m1"},
+			Spec:       clusterv1.MachineSpec{Version: "v1.35.4", FailureDomain: "fd1"},
+		},
+		ContainerMachine: &infrav1.ContainerMachine{ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns", Name: "cp-0", CreationTimestamp: metav1.NewTime(start),
+			Labels: map[string]string{clusterv1.ClusterNameLabel: "c1", clusterv1.MachineControlPlaneLabel: ""},
+		}},
+		BootstrapDataSecretName: ptr.To("bootstrap"),
+		Version:                 "v1.35.4",
+	}
+}
+
+func condition(s *MachineScope, t string) metav1.Condition {
+	if c := conditions.Get(s.ContainerMachine, t); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
+}
+
+func wantCondition(t *testing.T, s *MachineScope, conditionType string, status metav1.ConditionStatus, reason string) {
+	t.Helper()
+	c := condition(s, conditionType)
+	if c.Status != status || c.Reason != reason {
+		t.Fatalf("%s: want %s/%s, got %s/%s (%s)", conditionType, status, reason, c.Status, c.Reason, c.Message)
+	}
+}
+
+func TestLaunchWaitsForWhatItNeeds(t *testing.T) {
+	testCases := []struct {
+		name   string
+		mutate func(*MachineScope)
+		reason string
+	}{
+		{"no Machine owner", func(s *MachineScope) { s.Machine = nil }, infrav1.WaitingForOwnerReason},
+		{"cluster infrastructure not provisioned", func(s *MachineScope) {
+			s.Cluster.Status.Initialization.InfrastructureProvisioned = nil
+		}, infrav1.WaitingForClusterInfrastructureReason},
+		{"no ContainerCluster", func(s *MachineScope) { s.ContainerCluster = nil }, infrav1.WaitingForClusterInfrastructureReason},
+		{"no bootstrap data", func(s *MachineScope) { s.BootstrapDataSecretName = nil }, infrav1.WaitingForBootstrapDataReason},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, cloudConfig)
+			s := newScope()
+			tc.mutate(s)
+			if _, err := (&Launch{e.deps}).Reconcile(context.Background(), s); err != nil {
+				t.Fatal(err)
+			}
+			wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionFalse, tc.reason)
+			if _, err := e.runtime.Inspect(context.Background(), s.ContainerName()); !container.IsNotFound(err) {
+				t.Fatalf("a container was created while waiting: %v", err)
+			}
+		})
+	}
+}
+
+func TestLaunchCreatesAndAdopts(t *testing.T) {
+	e := newEnv(t, cloudConfig)
+	ctx := context.Background()
+	s := newScope()
+	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
+	m, err := e.runtime.Inspect(ctx, "c1-cp-0")
+	if err != nil {
+		t.Fatalf("container c1-cp-0 was not created: %v", err)
+	}
+	if m.Image != "capct/node:v1.35.4" || m.HostPort(6443) == 0 || m.Labels[container.LabelNamespace] != "ns" {
+		t.Fatalf("unexpected container: image %s, API port %d, labels %v", m.Image, m.HostPort(6443), m.Labels)
+	}
+	if got := s.ContainerMachine.Status.Addresses; len(got) != 2 || got[1].Address != m.IPv4.String() {
+		t.Fatalf("addresses not published at launch: %v", got)
+	}
+
+	// A second pass, as after a crash, adopts the same container.
+	s2 := newScope()
+	if _, err := (&Launch{e.deps}).Reconcile(ctx, s2); err != nil {
+		t.Fatal(err)
+	}
+	if s2.Container == nil || s2.Container.ID != m.ID {
+		t.Fatalf("the existing container was not adopted: %+v", s2.Container)
+	}
+}
+
+func TestLaunchRefusesAForeignContainerAndTimesOut(t *testing.T) {
+	e := newEnv(t, cloudConfig)
+	ctx := context.Background()
+	if _, err := e.runtime.CreateMachine(ctx, container.MachineSpec{
+		Name: "c1-cp-0", Image: "other", Network: "capct-c1", Labels: container.OwnerLabels("c1", "another-uid", "cp-0", "worker"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s := newScope()
+	res, err := (&Launch{e.deps}).Reconcile(ctx, s)
+	if err != nil || res.RequeueAfter == 0 {
+		t.Fatalf("want a retry, got %v %v", res, err)
+	}
+	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionUnknown, infrav1.FailedReason)
+	if !strings.Contains(condition(s, infrav1.LaunchedCondition).Message, "c1-cp-0") {
+		t.Fatalf("the message does not name the container: %s", condition(s, infrav1.LaunchedCondition).Message)
+	}
+	e.clock.Step(LaunchTimeout)
+	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err == nil {
+		t.Fatal("want a terminal error after the launch timeout")
+	}
+	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.LaunchFailedReason)
+}
+
+func TestLaunchRejectsAnUnparseableVersion(t *testing.T) {
+	e := newEnv(t, cloudConfig)
+	s := newScope()
+	s.Version = "one.two"
+	_, err := (&Launch{e.deps}).Reconcile(context.Background(), s)
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.InvalidSpecReason)
+	if !strings.Contains(condition(s, infrav1.LaunchedCondition).Message, `"one.two"`) {
+		t.Fatalf("the message does not quote the version: %s", condition(s, infrav1.LaunchedCondition).Message)
+	}
+}
+
+func TestLaunchReportsAMissingContainerWithoutRecreatingIt(t *testing.T) {
+	e := newEnv(t, cloudConfig)
+	ctx := context.Background()
+	s := newScope()
+	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	e.runtime.RemoveOutOfBand("c1-cp-0")
+	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.ContainerMissingReason)
+	if _, err := e.runtime.Inspect(ctx, "c1-cp-0"); !container.IsNotFound(err) {
+		t.Fatal("the container was silently recreated")
+	}
+	if DerivePhase(s.ContainerMachine) != infrav1.MachinePhaseFailed {
+		t.Fatalf("want phase Failed, got %s", DerivePhase(s.ContainerMachine))
+	}
+}
+
+// bootstrap runs Launch and Bootstrap, waits for the run to finish, and runs
+// Bootstrap again to read its outcome.
+func bootstrap(t *testing.T, e *env, s *MachineScope) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	e.waitForBootstrap(s)
+	if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitForBootstrap waits for the machine's bootstrap run to finish.
+func (e *env) waitForBootstrap(s *MachineScope) {
+	e.t.Helper()
+	select {
+	case <-e.finished:
+	case <-time.After(10 * time.Second):
+		c := condition(s, infrav1.BootstrappedCondition)
+		e.t.Fatalf("the bootstrap run did not finish; Bootstrapped is %s/%s: %s", c.Status, c.Reason, c.Message)
+	}
+}
+
+func TestBootstrapRunsTheDataAsynchronously(t *testing.T) {
+	e := newEnv(t, cloudConfig)
+	s := newScope()
+	bootstrap(t, e, s)
+	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
+	got, err := e.runtime.ReadFile(context.Background(), "c1-cp-0", "/etc/capct/hostname")
+	if err != nil || string(got) != "c1-cp-0" {
+		t.Fatalf("want the hostname substituted into the file, got %q %v", got, err)
+	}
+	var ran bool
+	for _, c := range e.runtime.ExecCalls() {
+		ran = ran || strings.Contains(strings.Join(c.Cmd, " "), "echo hello")
+	}
+	if !ran {
+		t.Fatal("runcmd did not run")
+	}
+
+	if _, err := (&Provision{e.deps}).Reconcile(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	cm := s.ContainerMachine
+	if cm.Spec.ProviderID != "container:///c1-cp-0" || !ptr.Deref(cm.Status.Initialization.Provisioned, false) || cm.Status.FailureDomain != "fd1" {
+		t.Fatalf("not provisioned per the contract: providerID %q, provisioned %v, failure domain %q",
+			cm.Spec.ProviderID, cm.Status.Initialization.Provisioned, cm.Status.FailureDomain)
+	}
+}
+
+func TestBootstrapTrustsTheSentinelAfterARestart(t *testing.T) {
+	e := newEnv(t, cloudConfig)
+	ctx := context.Background()
+	s := newScope()
+	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.runtime.WriteFile(ctx, "c1-cp-0", provisioning.SentinelPath, []byte("success"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
+	if len(e.runtime.ExecCalls()) != 0 {
+		t.Fatalf("bootstrap ran again: %v", e.runtime.ExecCalls())
+	}
+}
+
+func TestBootstrapFailures(t *testing.T) {
+	testCases := []struct {
+		name   string
+		data   string
+		exec   fakeruntime.ExecHandler
+		reason string
+	}{
+		{name: "malformed cloud-config", data: "#cloud-config\nwrite_files: {", reason: infrav1.InvalidSpecReason},
+		{name: "a failing command", data: "#cloud-config\nruncmd:\n- kubeadm init\n", reason: infrav1.BootstrapFailedReason,
+			exec: func(_ context.Context, _ container.Machine, _ map[string][]byte, in container.ExecInput, _ []byte) (container.ExecResult, bool) {
+				if strings.Contains(strings.Join(in.Cmd, " "), "kubeadm") {
+					return container.ExecResult{ExitCode: 1, Stderr: []byte("port 6443 is in use")}, true
+				}
+				return container.ExecResult{}, false
+			}},
+		{name: "no sentinel", data: "#cloud-config\nruncmd:\n- \"true\"\n", reason: infrav1.BootstrapFailedReason},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.data)
+			if tc.exec != nil {
+				e.runtime.SetExecHandler(tc.exec)
+			}
+			s := newScope()
+			ctx := context.Background()
+			if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if tc.reason != infrav1.InvalidSpecReason {
+				e.waitForBootstrap(s)
+				if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionFalse, tc.reason)
+			if TerminalCondition(s.ContainerMachine) == nil {
+				t.Fatal("a failed bootstrap must be terminal")
+			}
+		})
+	}
+}
+
+func TestBootstrapTimesOutOnTheInjectedClock(t *testing.T) {
+	e := newEnv(t, "#cloud-config\nruncmd:\n- kubeadm init\n")
+	release := make(chan struct{})
+	defer close(release)
+	e.runtime.SetExecHandler(func(ctx context.Context, _ container.Machine, _ map[string][]byte, in container.ExecInput, _ []byte) (container.ExecResult, bool) {
+		if strings.Contains(strings.Join(in.Cmd, " "), "kubeadm") {
+			select {
+			case <-ctx.Done():
+			case <-release:
+			}
+			return container.ExecResult{ExitCode: 1}, true
+		}
+		return container.ExecResult{}, false
+	})
+	s := newScope()
+	s.ContainerMachine.Spec.Lifecycle.BootstrapTimeout = &metav1.Duration{Duration: time.Minute}
+	ctx := context.Background()
+	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	res, err := (&Bootstrap{e.deps}).Reconcile(ctx, s)
+	if err != nil || res.RequeueAfter == 0 || res.RequeueAfter > time.Minute {
+		t.Fatalf("want a requeue within the timeout, got %v %v", res, err)
+	}
+	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionUnknown, infrav1.InProgressReason)
+	e.clock.Step(59 * time.Second)
+	if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionUnknown, infrav1.InProgressReason)
+	e.clock.Step(time.Second)
+	if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.TimedOutReason)
+}
+
+func readyNode(name string, taints ...corev1.Taint) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.NodeSpec{ProviderID: "container:///" + name, Taints: taints},
+		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
+	}
+}
+
+func TestRegistrationAndInitialization(t *testing.T) {
+	e := newEnv(t, cloudConfig)
+	ctx := context.Background()
+	s := newScope()
+	bootstrap(t, e, s)
+	if _, err := (&Provision{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	res, err := (&Registration{e.deps}).Reconcile(ctx, s)
+	if err != nil || res.RequeueAfter == 0 {
+		t.Fatalf("want a requeue while no Node exists, got %v %v", res, err)
+	}
+	wantCondition(t, s, infrav1.RegisteredCondition, metav1.ConditionFalse, infrav1.NodeNotFoundReason)
+
+	node := readyNode("c1-cp-0", corev1.Taint{Key: UninitializedTaint, Effect: corev1.TaintEffectNoSchedule}, corev1.Taint{Key: "other", Effect: corev1.TaintEffectNoSchedule})
+	if err := e.workload.Create(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&Registration{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	wantCondition(t, s, infrav1.RegisteredCondition, metav1.ConditionTrue, infrav1.SucceededReason)
+	if _, err := (&Initialization{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	wantCondition(t, s, infrav1.InitializedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
+	got := &corev1.Node{}
+	if err := e.workload.Get(ctx, client.ObjectKey{Name: "c1-cp-0"}, got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Spec.Taints) != 1 || got.Spec.Taints[0].Key != "other" {
+		t.Fatalf("want only the uninitialized taint removed, got %v", got.Spec.Taints)
+	}
+	if !hasInternalIP(got) {
+		t.Fatalf("want the machine's address on the Node, got %v", got.Status.Addresses)
+	}
+	SetReadyCondition(s.ContainerMachine, e.clock.Now())
+	wantCondition(t, s, infrav1.ReadyCondition, metav1.ConditionTrue, infrav1.SucceededReason)
+	if DerivePhase(s.ContainerMachine) != infrav1.MachinePhaseRunning {
+		t.Fatalf("want phase Running, got %s", DerivePhase(s.ContainerMachine))
+	}
+}
+
+func TestLivenessTimeouts(t *testing.T) {
+	testCases := []struct {
+		name       string
+		ttl        *metav1.Duration
+		registered bool
+		step       time.Duration
+		wantType   string
+		wantFail   bool
+	}{
+		{name: "registration within the default TTL", step: DefaultRegistrationTTL - time.Second, wantType: infrav1.RegisteredCondition},
+		{name: "registration past the default TTL", step: DefaultRegistrationTTL, wantType: infrav1.RegisteredCondition, wantFail: true},
+		{name: "registration past a custom TTL", ttl: &metav1.Duration{Duration: time.Minute}, step: time.Minute, wantType: infrav1.RegisteredCondition, wantFail: true},
+		{name: "initialization within the TTL", registered: true, step: DefaultInitializationTTL - time.Second, wantType: infrav1.InitializedCondition},
+		{name: "initialization past the TTL", registered: true, step: DefaultInitializationTTL, wantType: infrav1.InitializedCondition, wantFail: true},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, cloudConfig)
+			s := newScope()
+			cm := s.ContainerMachine
+			cm.Spec.Lifecycle.RegistrationTTL = tc.ttl
+			setCondition(cm, e.clock.Now(), infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
+			if tc.registered {
+				setCondition(cm, e.clock.Now(), infrav1.RegisteredCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
+			}
+			e.clock.Step(tc.step)
+			res, err := (&Liveness{e.deps}).Reconcile(context.Background(), s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.wantFail {
+				if res.RequeueAfter != time.Second || TerminalCondition(cm) != nil {
+					t.Fatalf("want a requeue in 1s and no failure, got %v, %v", res, TerminalCondition(cm))
+				}
+				return
+			}
+			wantCondition(t, s, tc.wantType, metav1.ConditionFalse, infrav1.TimedOutReason)
+			SetReadyCondition(cm, e.clock.Now())
+			wantCondition(t, s, infrav1.ReadyCondition, metav1.ConditionFalse, infrav1.TimedOutReason)
+			select {
+			case ev := <-e.recorder.Events:
+				if !strings.Contains(ev, infrav1.TimedOutReason) {
+					t.Fatalf("unexpected event %q", ev)
+				}
+			default:
+				t.Fatal("no event for the termination")
+			}
+		})
+	}
+}
+
+func TestDerivePhase(t *testing.T) {
+	set := func(cm *infrav1.ContainerMachine, types ...string) {
+		for _, ty := range types {
+			setCondition(cm, start, ty, metav1.ConditionTrue, infrav1.SucceededReason, "")
+		}
+	}
+	testCases := []struct {
+		name string
+		true []string
+		want infrav1.MachinePhase
+	}{
+		{"nothing yet", nil, infrav1.MachinePhasePending},
+		{"launched", []string{infrav1.LaunchedCondition}, infrav1.MachinePhaseLaunched},
+		{"bootstrapped", []string{infrav1.LaunchedCondition, infrav1.BootstrappedCondition}, infrav1.MachinePhaseBootstrapped},
+		{"registered", []string{infrav1.LaunchedCondition, infrav1.BootstrappedCondition, infrav1.RegisteredCondition}, infrav1.MachinePhaseRegistered},
+		{"running", phaseConditions, infrav1.MachinePhaseRunning},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.name, func(t *testing.T) {
+			cm := &infrav1.ContainerMachine{}
+			set(cm, tc.true...)
+			if got := DerivePhase(cm); got != tc.want {
+				t.Fatalf("want %s, got %s", tc.want, got)
+			}
+		})
+	}
+}
