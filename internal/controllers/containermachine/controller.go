@@ -211,6 +211,20 @@ func (r *Reconciler) scope(ctx context.Context, cluster *clusterv1.Cluster, cm *
 			s.BootstrapDataSecretName = name
 		}
 	}
+	if _, inPool := cm.Labels[clusterv1.MachinePoolNameLabel]; inPool && s.BootstrapDataSecretName == nil {
+		// MachinePool Machines carry no bootstrap data of their own: every
+		// machine of a pool boots from the pool's.
+		pool, err := util.GetMachinePoolByLabels(ctx, r.Client, cm.Namespace, cm.Labels)
+		if err != nil {
+			return nil, fmt.Errorf("failed to get the MachinePool of ContainerMachine %s: %w", klog.KObj(cm), err)
+		}
+		if pool != nil {
+			s.Version = pool.Spec.Template.Spec.Version
+			if name := pool.Spec.Template.Spec.Bootstrap.DataSecretName; name != nil && *name != "" {
+				s.BootstrapDataSecretName = name
+			}
+		}
+	}
 	if ref := cluster.Spec.InfrastructureRef; ref.Name != "" {
 		cc := &infrav1.ContainerCluster{}
 		err := r.Client.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: ref.Name}, cc)
