@@ -55,6 +55,20 @@ dbuild() {
     die "docker build $* failed"
   fi
 }
+# prune DIR GLOB KEEP: removes older cache entries of one kind
+prune() {
+  local f
+  for f in "$1"/$2; do
+    [[ -e "$f" && "$f" != "$3" ]] && rm -rf "$f"
+  done
+  return 0
+}
+# drop_previous ID TAG: removes the image TAG pointed to before a rebuild, if
+# nothing else uses it (a running node keeps it)
+drop_previous() {
+  [[ -n "$1" && "$1" != "$(docker image inspect -f '{{.Id}}' "$2" 2>/dev/null)" ]] || return 0
+  docker rmi "$1" >/dev/null 2>&1 || true
+}
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 image_label() { docker image inspect -f "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true; }
 
@@ -147,6 +161,7 @@ rootfs_image() {
     tar --numeric-owner --xattrs -C "$dir" -cf "$tarball.tmp" .
     mv "$tarball.tmp" "$tarball"
     rm -rf "$dir"
+    prune "$cache/rootfs" "$name-*.tar" "$tarball"
   fi
   docker import "$tarball" "$image" >/dev/null
   echo "$image"
@@ -189,10 +204,11 @@ build_kube_binaries() { # prints the folder
   out="$cache/bin/kubernetes-$KUBERNETES_VERSION-$key"
   if [[ ! -f "$out/.done" ]]; then
     for b in "${kube_binaries[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
-    log "go build ${kube_binaries[*]} (several minutes each when cold)"
+    log "go build ${kube_binaries[*]} (about 16 min cold on 2 cores)"
     rm -rf "$out"; mkdir -p "$out"
     (cd "$kube_tools" && CGO_ENABLED=0 go build -ldflags "$ldflags" -o "$out/" "${pkgs[@]}")
     touch "$out/.done"
+    prune "$cache/bin" "kubernetes-$KUBERNETES_VERSION-*" "$out"
   fi
   echo "$out"
 }
@@ -206,6 +222,7 @@ build_tool() { # build_tool NAME DIR PACKAGE -> prints the binary
     mkdir -p "$(dirname "$out")"
     (cd "$dir" && CGO_ENABLED=0 go build -ldflags "-s -w" -o "$out.tmp" "$pkg")
     mv "$out.tmp" "$out"
+    prune "$cache/bin" "$name-*" "$(dirname "$out")"
   fi
   echo "$out"
 }
@@ -243,7 +260,7 @@ build_node() {
   inputs=$( {
     echo "$KUBERNETES_VERSION $etcd_version $coredns_version $go_version $suite $mirror $node_image $kind_version"
     printf '%s\n' "${node_packages[@]}" "${proxy_packages[@]}"
-    cat "$0" "$here"/files/* "$here"/files/*/* 2>/dev/null || true
+    cat "$0" "$here/Dockerfile.node" "$here/files/containerd-config.toml" "$here/files/kube-proxy-wrapper"
     for d in "$kube_tools" "$etcd_tools" "$coredns_tools" "$pause_tools"; do cat "$d"/go.mod "$d"/go.sum "$d"/*.go 2>/dev/null || true; done
     (cd "$kind_dir/images/base/files" && find . -type f | sort | xargs cat)
   } | hash_of)
@@ -254,10 +271,18 @@ build_node() {
     return
   fi
 
-  step "rootfs: node and kube-proxy (debootstrap $suite, ~1 min each when cold)"
-  local node_rootfs proxy_rootfs
-  node_rootfs=$(rootfs_image node "${node_packages[@]}")
-  proxy_rootfs=$(rootfs_image kube-proxy "${proxy_packages[@]}")
+  # The root file systems mostly download and unpack: build them in the
+  # background while Go compiles.
+  end_step
+  local node_rootfs proxy_rootfs rootfs_out rootfs_pid
+  rootfs_out=$(mktemp -d "$cache/tmp/rootfs-out.XXXXXX")
+  (
+    start=$SECONDS
+    rootfs_image node "${node_packages[@]}" > "$rootfs_out/node"
+    rootfs_image kube-proxy "${proxy_packages[@]}" > "$rootfs_out/kube-proxy"
+    log "<== rootfs: node and kube-proxy (debootstrap $suite, in the background): $((SECONDS - start))s"
+  ) &
+  rootfs_pid=$!
 
   step "kubernetes binaries $KUBERNETES_VERSION"
   local kbin
@@ -268,13 +293,20 @@ build_node() {
   local etcd_bin
   etcd_bin=$(build_tool etcd "$etcd_tools" go.etcd.io/etcd/server/v3)
 
-  step "coredns $coredns_version (~6 min when cold)"
+  step "coredns $coredns_version (2-6 min cold)"
   local coredns_bin
   coredns_bin=$(build_tool coredns "$coredns_tools" github.com/coredns/coredns)
 
   step "pause"
   local pause_bin
   pause_bin=$(build_tool pause "$pause_tools" .)
+
+  step "wait for the rootfs images"
+  wait "$rootfs_pid" || die "building the root file systems failed"
+  node_rootfs=$(cat "$rootfs_out/node")
+  proxy_rootfs=$(cat "$rootfs_out/kube-proxy")
+  rm -rf "$rootfs_out"
+  [[ -n "$node_rootfs" && -n "$proxy_rootfs" ]] || die "no rootfs image"
 
   step "control-plane images"
   # the tags kubeadm will look for
@@ -316,6 +348,7 @@ build_node() {
     preload_images "$node_rootfs" "$images_tar" "${want[@]}"
     # the registry.k8s.io tags are only for the node's containerd; drop them here
     docker rmi "${want[@]}" >/dev/null
+    prune "$cache/images" "containerd-$KUBERNETES_VERSION-*.tar" "$images_tar"
   fi
 
   step "node image $node_image"
@@ -329,7 +362,10 @@ build_node() {
   ln "$images_tar" "$ctx/containerd-images.tar" 2>/dev/null || cp "$images_tar" "$ctx/containerd-images.tar"
   sed -e "s|@ROOTFS@|$node_rootfs|" -e "s|@INPUTS@|$inputs|" \
     -e "s|@KUBERNETES_VERSION@|$KUBERNETES_VERSION|" "$here/Dockerfile.node" > "$ctx/Dockerfile"
+  local previous
+  previous=$(docker image inspect -f '{{.Id}}' "$node_image" 2>/dev/null || true)
   dbuild -t "$node_image" "$ctx"
+  drop_previous "$previous" "$node_image"
   rm -rf "$ctx"
   end_step
   log "built $node_image in $((SECONDS - script_start))s"
@@ -390,7 +426,7 @@ EOF
 # lb
 # ---------------------------------------------------------------------------
 build_lb() {
-  step "rootfs: haproxy (debootstrap $suite, ~1 min when cold)"
+  step "rootfs: haproxy (debootstrap $suite, 0.5-1 min cold)"
   local lb_rootfs version lb_image inputs
   lb_rootfs=$(rootfs_image haproxy "${lb_packages[@]}")
   version=$(docker run --rm --entrypoint haproxy "$lb_rootfs" -v | sed -n 's/^HAProxy version \([0-9]*\.[0-9]*\).*/\1/p')
@@ -407,7 +443,10 @@ build_lb() {
   rm -rf "$ctx"; mkdir -p "$ctx"
   cp "$here/files/haproxy.cfg" "$ctx/"
   sed -e "s|@ROOTFS@|$lb_rootfs|" -e "s|@INPUTS@|$inputs|" "$here/Dockerfile.haproxy" > "$ctx/Dockerfile"
+  local previous
+  previous=$(docker image inspect -f '{{.Id}}' "$lb_image" 2>/dev/null || true)
   dbuild -t "$lb_image" "$ctx"
+  drop_previous "$previous" "$lb_image"
   rm -rf "$ctx"
   end_step
   log "built $lb_image in $((SECONDS - script_start))s"

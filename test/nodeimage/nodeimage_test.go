@@ -175,7 +175,8 @@ func runNode(t *testing.T, network, name string) time.Time {
 		"--privileged",
 		"--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
 		"--tmpfs", "/tmp", "--tmpfs", "/run",
-		"--volume", "/var",
+		// an anonymous volume, labelled, removed with the container (rm -v)
+		"--mount", "type=volume,dst=/var,volume-label="+testLabel,
 		"--volume", "/lib/modules:/lib/modules:ro",
 		"--cgroupns", "private",
 		nodeImage)
