@@ -4,7 +4,9 @@
 #
 #   build-node-image.sh node   ->  ${NODE_IMAGE:-capct/node:<kubernetes version>}
 #   build-node-image.sh lb     ->  ${LB_IMAGE:-capct/haproxy:<haproxy version>}
+#   build-node-image.sh rootfs ->  only the cached Debian root file systems
 #
+# stdout gets the built image's name and nothing else; progress goes to stderr.
 # docs/node-image.md describes what is in the images and how to boot a node.
 # Every step is cached under ${CAPCT_CACHE:-~/.cache/capct}/node-image (Go's
 # build cache, rootfs tarballs keyed by their package lists, binaries and
@@ -17,6 +19,7 @@
 #   NODE_IMAGE, LB_IMAGE  the tags to produce
 #   DEBIAN_MIRROR       default: the mirror this machine's apt uses
 #   DEBIAN_SUITE        default: bookworm
+#   KIND_VERSION        sigs.k8s.io/kind module whose node boot files are used (v0.33.0)
 #   FORCE=1             rebuild the final image even if its inputs are unchanged
 set -euo pipefail
 
@@ -89,7 +92,7 @@ pinned_kube=$(module_version "$kube_tools" k8s.io/kubernetes)
 KUBERNETES_VERSION=${KUBERNETES_VERSION:-$pinned_kube}
 if [[ "$KUBERNETES_VERSION" != "$pinned_kube" ]]; then
   die "KUBERNETES_VERSION=$KUBERNETES_VERSION but hack/tools/kubernetes pins k8s.io/kubernetes $pinned_kube.
-Binaries are built from that module: change its pin (and the staging modules' replace lines to v0.${pinned_kube#v1.}) to pick another version. See docs/node-image.md."
+Binaries are built from that module: change its pin (and the staging modules' replace lines to v0.${KUBERNETES_VERSION#v1.}) to pick another version. See docs/node-image.md."
 fi
 etcd_version=$(module_version "$etcd_tools" go.etcd.io/etcd/server/v3)
 coredns_version=$(module_version "$coredns_tools" github.com/coredns/coredns)
@@ -147,6 +150,7 @@ rootfs_image() {
   if [[ ! -s "$tarball" ]]; then
     command -v debootstrap >/dev/null || {
       log "installing debootstrap"
+      apt-get update -qq >/dev/null
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
     }
     local dir="$cache/tmp/rootfs-$name"
