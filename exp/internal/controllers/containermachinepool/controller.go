@@ -1,0 +1,480 @@
+package containermachinepool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/finalizers"
+	"sigs.k8s.io/cluster-api/util/labels/format"
+	"sigs.k8s.io/cluster-api/util/patch"
+	"sigs.k8s.io/cluster-api/util/paused"
+	"sigs.k8s.io/cluster-api/util/predicates"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/ssa"
+)
+
+const (
+	// FieldOwner is the server-side apply field manager of the
+	// ContainerMachines the pool creates.
+	FieldOwner = "containermachinepool-controller"
+	// MachineKind is the kind of the pool's machines, for
+	// status.infrastructureMachineKind.
+	MachineKind = "ContainerMachine"
+	// VersionAnnotation records on each ContainerMachine the MachinePool's
+	// Kubernetes version it was created for, so that a version change marks
+	// it outdated.
+	VersionAnnotation = "containermachinepool.infrastructure.cluster.x-k8s.io/version"
+	// nameSuffixLength is the length of the random part of machine names.
+	nameSuffixLength = 5
+)
+
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containermachinepools,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containermachinepools/status;containermachinepools/finalizers,verbs=get;update;patch
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containermachines,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;machinepools,verbs=get;list;watch
+
+// Reconciler reconciles ContainerMachinePools. It keeps one ContainerMachine
+// per desired replica; the ContainerMachine controller runs the containers.
+type Reconciler struct {
+	Client client.Client
+	// APIReader reads the API server directly. The pool re-reads its
+	// machines with it before creating or deleting any, so that a cache that
+	// has not yet seen its last writes never makes it create or delete twice.
+	APIReader client.Reader
+	// Runtime removes containers left behind when the pool is deleted.
+	Runtime container.Runtime
+	// Clock defaults to the real clock.
+	Clock clock.PassiveClock
+	// WatchFilterValue limits the controller to objects with this
+	// cluster.x-k8s.io/watch-filter label value.
+	WatchFilterValue string
+
+	ssaCache *ssa.Cache
+}
+
+// SetupWithManager wires the controller.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
+	if r.Client == nil || r.APIReader == nil || r.Runtime == nil {
+		return errors.New("ContainerMachinePool controller needs a Client, an APIReader and a Runtime")
+	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	r.ssaCache = ssa.NewCache("containermachinepool")
+	log := ctrl.LoggerFrom(ctx)
+	clusterToPools, err := util.ClusterToTypedObjectsMapper(r.Client, &expinfrav1.ContainerMachinePoolList{}, mgr.GetScheme())
+	if err != nil {
+		return fmt.Errorf("failed to create the Cluster to ContainerMachinePools mapper: %w", err)
+	}
+	err = ctrl.NewControllerManagedBy(mgr).
+		For(&expinfrav1.ContainerMachinePool{}).
+		WithOptions(options).
+		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
+		Watches(&clusterv1.MachinePool{},
+			handler.EnqueueRequestsFromMapFunc(util.MachinePoolToInfrastructureMapFunc(ctx, expinfrav1.GroupVersion.WithKind("ContainerMachinePool")))).
+		Watches(&infrav1.ContainerMachine{},
+			handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &expinfrav1.ContainerMachinePool{})).
+		Watches(&clusterv1.Machine{},
+			handler.EnqueueRequestsFromMapFunc(r.machineToPool)).
+		Watches(&clusterv1.Cluster{},
+			handler.EnqueueRequestsFromMapFunc(clusterToPools),
+			builder.WithPredicates(predicates.ClusterPausedTransitions(mgr.GetScheme(), log))).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("failed to set up the ContainerMachinePool controller: %w", err)
+	}
+	return nil
+}
+
+// machineToPool maps a MachinePool Machine to the pool of its
+// ContainerMachine, so that a delete-machine annotation or a Machine going
+// away is seen at once.
+func (r *Reconciler) machineToPool(ctx context.Context, o client.Object) []reconcile.Request {
+	m, ok := o.(*clusterv1.Machine)
+	if !ok || m.Labels[clusterv1.MachinePoolNameLabel] == "" || m.Spec.InfrastructureRef.Kind != MachineKind {
+		return nil
+	}
+	cm := &infrav1.ContainerMachine{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name}, cm); err != nil {
+		return nil
+	}
+	for _, ref := range cm.OwnerReferences {
+		if ref.Kind == "ContainerMachinePool" && refGroup(ref) == expinfrav1.GroupVersion.Group {
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: m.Namespace, Name: ref.Name}}}
+		}
+	}
+	return nil
+}
+
+func refGroup(ref metav1.OwnerReference) string {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return ""
+	}
+	return gv.Group
+}
+
+// Reconcile brings the pool's ContainerMachines to the MachinePool's
+// replicas and template.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	pool := &expinfrav1.ContainerMachinePool{}
+	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	mpName := ownerMachinePoolName(pool)
+	if mpName == "" {
+		// Cluster API sets the owner reference from the MachinePool's
+		// infrastructureRef; the MachinePool watch brings the pool back.
+		if !pool.DeletionTimestamp.IsZero() {
+			return ctrl.Result{}, r.removeFinalizer(ctx, pool)
+		}
+		return ctrl.Result{}, nil
+	}
+	mp := &clusterv1.MachinePool{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: mpName}, mp); err != nil {
+		if !apierrors.IsNotFound(err) || pool.DeletionTimestamp.IsZero() {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		// The MachinePool is gone while the pool is being deleted: clean
+		// up with what the owner reference still tells.
+		mp = nil
+	}
+	clusterName := pool.Labels[clusterv1.ClusterNameLabel]
+	if mp != nil {
+		clusterName = mp.Spec.ClusterName
+	}
+	cluster := &clusterv1.Cluster{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: clusterName}, cluster); err != nil {
+		if !apierrors.IsNotFound(err) || pool.DeletionTimestamp.IsZero() {
+			return ctrl.Result{}, fmt.Errorf("failed to get Cluster %s of ContainerMachinePool %s: %w", clusterName, klog.KObj(pool), err)
+		}
+		cluster = nil
+	}
+	if cluster != nil {
+		log := ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KObj(cluster), "MachinePool", klog.KRef(pool.Namespace, mpName))
+		ctx = ctrl.LoggerInto(ctx, log)
+		if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, pool); err != nil || isPaused || requeue {
+			return ctrl.Result{}, err
+		}
+	}
+	if pool.DeletionTimestamp.IsZero() {
+		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, pool, expinfrav1.MachinePoolFinalizer); err != nil || added {
+			return ctrl.Result{}, err
+		}
+	}
+
+	helper, err := patch.NewHelper(pool, r.Client)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("failed to create a patch helper for ContainerMachinePool %s: %w", klog.KObj(pool), err)
+	}
+	s := &scope{pool: pool, machinePool: mp, machinePoolName: mpName, cluster: cluster}
+	defer func() {
+		desired := 0
+		if mp != nil && pool.DeletionTimestamp.IsZero() {
+			desired = int(ptr.Deref(mp.Spec.Replicas, 1))
+		}
+		setStatus(pool, summary{
+			desired: desired, members: s.members, cluster: cluster, deleting: !pool.DeletionTimestamp.IsZero(),
+			generation: pool.Generation, machineKind: MachineKind,
+		}, r.Clock.Now())
+		if err := helper.Patch(ctx, pool, patch.WithOwnedConditions{Conditions: []string{infrav1.ReadyCondition}}); err != nil {
+			retErr = errors.Join(retErr, fmt.Errorf("failed to patch ContainerMachinePool %s: %w", klog.KObj(pool), err))
+		}
+	}()
+
+	if !pool.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, s)
+	}
+	return ctrl.Result{}, r.reconcileNormal(ctx, s)
+}
+
+// scope is what one reconcile works on.
+type scope struct {
+	pool            *expinfrav1.ContainerMachinePool
+	machinePool     *clusterv1.MachinePool // nil only while deleting
+	machinePoolName string
+	cluster         *clusterv1.Cluster // nil only while deleting
+	// members are the pool's machines as last read.
+	members []member
+}
+
+// poolLabels select the pool's ContainerMachines and Machines, as Cluster
+// API's MachinePool controller selects them.
+func (s *scope) poolLabels() client.MatchingLabels {
+	return client.MatchingLabels{
+		clusterv1.ClusterNameLabel:     s.clusterName(),
+		clusterv1.MachinePoolNameLabel: format.MustFormatValue(s.machinePoolName),
+	}
+}
+
+func (s *scope) clusterName() string {
+	switch {
+	case s.machinePool != nil:
+		return s.machinePool.Spec.ClusterName
+	case s.cluster != nil:
+		return s.cluster.Name
+	}
+	return s.pool.Labels[clusterv1.ClusterNameLabel]
+}
+
+func ownerMachinePoolName(pool *expinfrav1.ContainerMachinePool) string {
+	for _, ref := range pool.OwnerReferences {
+		if ref.Kind == "MachinePool" && refGroup(ref) == clusterv1.GroupVersion.Group {
+			return ref.Name
+		}
+	}
+	return ""
+}
+
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
+	desired := int(ptr.Deref(s.machinePool.Spec.Replicas, 1))
+	st := resolveStrategy(s.pool.Spec.Strategy, desired)
+
+	members, err := r.members(ctx, r.Client, s)
+	if err != nil {
+		return err
+	}
+	s.members = members
+	p := computePlan(members, desired, st)
+	if p.create == 0 && len(p.delete) == 0 {
+		return nil
+	}
+	// About to write: decide again on what the API server holds, not on
+	// what the cache has seen so far.
+	if members, err = r.members(ctx, r.APIReader, s); err != nil {
+		return err
+	}
+	s.members = members
+	p = computePlan(members, desired, st)
+
+	log := ctrl.LoggerFrom(ctx)
+	var errs []error
+	for _, m := range p.delete {
+		if err := r.deleteMember(ctx, m); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		log.Info("Deleting pool machine", "ContainerMachine", klog.KObj(m.cm), "outdated", m.outdated, "deleteRequested", m.deleteRequested())
+	}
+	for range p.create {
+		cm, err := r.createMachine(ctx, s)
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		log.Info("Created pool machine", "ContainerMachine", klog.KObj(cm))
+		s.members = append(s.members, member{cm: cm})
+	}
+	return errors.Join(errs...)
+}
+
+// members lists the pool's ContainerMachines (those owned by this pool)
+// with their Machines, from reader.
+func (r *Reconciler) members(ctx context.Context, reader client.Reader, s *scope) ([]member, error) {
+	cms := &infrav1.ContainerMachineList{}
+	if err := reader.List(ctx, cms, client.InNamespace(s.pool.Namespace), s.poolLabels()); err != nil {
+		return nil, fmt.Errorf("failed to list the ContainerMachines of ContainerMachinePool %s: %w", klog.KObj(s.pool), err)
+	}
+	machines := &clusterv1.MachineList{}
+	if err := reader.List(ctx, machines, client.InNamespace(s.pool.Namespace), s.poolLabels()); err != nil {
+		return nil, fmt.Errorf("failed to list the Machines of ContainerMachinePool %s: %w", klog.KObj(s.pool), err)
+	}
+	byName := make(map[string]*clusterv1.Machine, len(machines.Items))
+	for i := range machines.Items {
+		byName[machines.Items[i].Name] = &machines.Items[i]
+	}
+	var out []member
+	for i := range cms.Items {
+		cm := &cms.Items[i]
+		if !ownedBy(cm, s.pool) {
+			continue
+		}
+		m := member{cm: cm, machine: ownerMachine(cm, byName)}
+		if s.machinePool != nil {
+			m.outdated = outdated(cm, s.pool, s.machinePool)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func ownedBy(cm *infrav1.ContainerMachine, pool *expinfrav1.ContainerMachinePool) bool {
+	for _, ref := range cm.OwnerReferences {
+		if ref.UID == pool.UID {
+			return true
+		}
+	}
+	return false
+}
+
+// ownerMachine is the Machine named in the ContainerMachine's owner
+// references; Cluster API names it like the ContainerMachine.
+func ownerMachine(cm *infrav1.ContainerMachine, machines map[string]*clusterv1.Machine) *clusterv1.Machine {
+	for _, ref := range cm.OwnerReferences {
+		if ref.Kind == "Machine" && refGroup(ref) == clusterv1.GroupVersion.Group {
+			if m, ok := machines[ref.Name]; ok && m.UID == ref.UID {
+				return m
+			}
+		}
+	}
+	return nil
+}
+
+// outdated reports whether a machine no longer matches what the pool would
+// create now: another spec (the image above all) or another Kubernetes
+// version.
+func outdated(cm *infrav1.ContainerMachine, pool *expinfrav1.ContainerMachinePool, mp *clusterv1.MachinePool) bool {
+	if cm.Annotations[VersionAnnotation] != mp.Spec.Template.Spec.Version {
+		return true
+	}
+	got := cm.Spec.DeepCopy()
+	got.ProviderID = "" // set per machine by the ContainerMachine controller
+	return !equality.Semantic.DeepEqual(*got, pool.Spec.Template)
+}
+
+// deleteMember deletes a machine through its Machine, so that Cluster API
+// drains the Node first and then deletes the ContainerMachine; a
+// ContainerMachine with no Machine yet has no Node and is deleted directly.
+func (r *Reconciler) deleteMember(ctx context.Context, m member) error {
+	var obj client.Object = m.cm
+	if m.machine != nil {
+		obj = m.machine
+	}
+	if !obj.GetDeletionTimestamp().IsZero() {
+		return nil
+	}
+	// The UID precondition makes sure a newer object of the same name is
+	// never deleted on the strength of an old read.
+	err := r.Client.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("failed to delete %T %s of ContainerMachinePool: %w", obj, klog.KObj(obj), err)
+	}
+	return nil
+}
+
+// createMachine applies a new ContainerMachine for the pool.
+func (r *Reconciler) createMachine(ctx context.Context, s *scope) (*infrav1.ContainerMachine, error) {
+	name, err := r.freeName(ctx, s.pool)
+	if err != nil {
+		return nil, err
+	}
+	cm := &infrav1.ContainerMachine{
+		TypeMeta: metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: MachineKind},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: s.pool.Namespace,
+			Name:      name,
+			Labels: map[string]string{
+				clusterv1.ClusterNameLabel:     s.clusterName(),
+				clusterv1.MachinePoolNameLabel: format.MustFormatValue(s.machinePoolName),
+			},
+			Annotations: map[string]string{VersionAnnotation: s.machinePool.Spec.Template.Spec.Version},
+			// An owner, not the controller: Cluster API's MachinePool
+			// controller creates the Machine that becomes the controller.
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: expinfrav1.GroupVersion.String(),
+				Kind:       "ContainerMachinePool",
+				Name:       s.pool.Name,
+				UID:        s.pool.UID,
+			}},
+		},
+		Spec: *s.pool.Spec.Template.DeepCopy(),
+	}
+	cm.Spec.ProviderID = ""
+	if err := ssa.Apply(ctx, r.Client, FieldOwner, cm, ssa.WithCache(r.ssaCache)); err != nil {
+		return nil, fmt.Errorf("failed to create a ContainerMachine for ContainerMachinePool %s: %w", klog.KObj(s.pool), err)
+	}
+	return cm, nil
+}
+
+// freeName picks <pool>-<random> that no ContainerMachine of the namespace
+// uses: an apply to an existing name would take that object over.
+func (r *Reconciler) freeName(ctx context.Context, pool *expinfrav1.ContainerMachinePool) (string, error) {
+	for range 10 {
+		name := pool.Name + "-" + util.RandomString(nameSuffixLength)
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: name}, &metav1.PartialObjectMetadata{
+			TypeMeta: metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: MachineKind},
+		})
+		if apierrors.IsNotFound(err) {
+			return name, nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("failed to check ContainerMachine name %s: %w", name, err)
+		}
+	}
+	return "", fmt.Errorf("failed to find a free ContainerMachine name for ContainerMachinePool %s", klog.KObj(pool))
+}
+
+// reconcileDelete deletes every machine of the pool through its Machine,
+// then any container still labelled with the pool, then the finalizer.
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
+	members, err := r.members(ctx, r.APIReader, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s.members = members
+	if len(members) > 0 {
+		var errs []error
+		for _, m := range members {
+			if err := r.deleteMember(ctx, m); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		// The ContainerMachine watch brings the pool back as they go.
+		return ctrl.Result{}, errors.Join(errs...)
+	}
+	if s.cluster != nil {
+		leftovers, err := container.ListOwned(ctx, r.Runtime, string(s.cluster.UID),
+			map[string]string{container.LabelPool: format.MustFormatValue(s.machinePoolName)})
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("failed to list the containers of ContainerMachinePool %s: %w", klog.KObj(s.pool), err)
+		}
+		for _, c := range leftovers {
+			if c.Labels[container.LabelNamespace] != "" && c.Labels[container.LabelNamespace] != s.pool.Namespace {
+				continue
+			}
+			ctrl.LoggerFrom(ctx).Info("Deleting leftover container of the pool", "Container", c.Name)
+			if err := r.Runtime.Delete(ctx, c.Name); err != nil && !container.IsNotFound(err) {
+				return ctrl.Result{}, fmt.Errorf("failed to delete container %s of ContainerMachinePool %s: %w", c.Name, klog.KObj(s.pool), err)
+			}
+		}
+	}
+	controllerutil.RemoveFinalizer(s.pool, expinfrav1.MachinePoolFinalizer)
+	return ctrl.Result{}, nil
+}
+
+// removeFinalizer releases a pool that is deleted before Cluster API ever
+// owned it: it never created anything.
+func (r *Reconciler) removeFinalizer(ctx context.Context, pool *expinfrav1.ContainerMachinePool) error {
+	if !controllerutil.ContainsFinalizer(pool, expinfrav1.MachinePoolFinalizer) {
+		return nil
+	}
+	before := pool.DeepCopy()
+	controllerutil.RemoveFinalizer(pool, expinfrav1.MachinePoolFinalizer)
+	if err := r.Client.Patch(ctx, pool, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("failed to remove the finalizer of ContainerMachinePool %s: %w", klog.KObj(pool), err)
+	}
+	return nil
+}
+
+var _ reconcile.Reconciler = &Reconciler{}
