@@ -42,13 +42,21 @@ func (r *Registration) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Res
 	if c := conditions.Get(cm, infrav1.RegisteredCondition); c != nil && c.Status == metav1.ConditionFalse && terminalReasons[c.Reason] {
 		return ctrl.Result{}, nil
 	}
-	if !conditions.IsTrue(s.Cluster, clusterv1.ClusterControlPlaneInitializedCondition) {
+	// A worker has nothing to register with before the control plane is up.
+	// A control-plane machine is what brings it up, so it looks at once.
+	if !s.IsControlPlane() && !conditions.IsTrue(s.Cluster, clusterv1.ClusterControlPlaneInitializedCondition) {
 		setCondition(cm, now, infrav1.RegisteredCondition, metav1.ConditionFalse, infrav1.WaitingForControlPlaneReason, "Waiting for the control plane to be initialized")
 		return ctrl.Result{RequeueAfter: nodePoll}, nil
 	}
 	workload, err := r.WorkloadClient(ctx, client.ObjectKeyFromObject(s.Cluster))
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("failed to reach the workload cluster of Cluster %s: %w", client.ObjectKeyFromObject(s.Cluster), err)
+		// The workload API server is not reachable yet (or for a moment):
+		// that is waiting, not failing. Liveness bounds how long it may last.
+		if !conditions.IsTrue(cm, infrav1.RegisteredCondition) {
+			setCondition(cm, now, infrav1.RegisteredCondition, metav1.ConditionFalse, infrav1.WaitingForControlPlaneReason,
+				fmt.Sprintf("Cannot reach the workload cluster yet: %v", err))
+		}
+		return ctrl.Result{RequeueAfter: nodePoll}, nil
 	}
 	node, err := findNode(ctx, workload, s.ProviderID(), s.ContainerName())
 	if err != nil {

@@ -159,6 +159,13 @@ func (e *Environment) Start(ctx context.Context) error {
 	}
 }
 
+// KubeConfig is a kubeconfig for the API server, for a Cluster's
+// <name>-kubeconfig Secret when the test API server also plays the workload
+// cluster.
+func (e *Environment) KubeConfig() []byte {
+	return e.env.KubeConfig
+}
+
 // Stop stops the API server and etcd.
 func (e *Environment) Stop() error {
 	return e.env.Stop()

@@ -1,0 +1,52 @@
+// Package capi runs Cluster API's own controllers in a test manager, so that
+// CAPCT's integration tests exercise the provider contract through its real
+// consumer rather than through assumptions about it.
+package capi
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	capicontrollers "sigs.k8s.io/cluster-api/controllers"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+)
+
+// Options returns controller options for tests: several managers in one
+// process would otherwise collide on controller names.
+func Options() controller.Options {
+	return controller.Options{MaxConcurrentReconciles: 5, SkipNameValidation: ptr.To(true)}
+}
+
+// SetupCore adds a ClusterCache and Cluster API's Cluster and Machine
+// reconcilers to mgr and returns the ClusterCache.
+func SetupCore(ctx context.Context, mgr ctrl.Manager) (clustercache.ClusterCache, error) {
+	clusterCache, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
+		SecretClient: mgr.GetClient(),
+		// Cluster API's Machine controller finds Nodes through this index.
+		Cache: clustercache.CacheOptions{Indexes: []clustercache.CacheOptionsIndex{clustercache.NodeProviderIDIndex}},
+		Client: clustercache.ClientOptions{
+			UserAgent: "capct-test",
+			Cache:     clustercache.ClientCacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}},
+		},
+	}, Options())
+	if err != nil {
+		return nil, fmt.Errorf("failed to set up the ClusterCache: %w", err)
+	}
+	if err := (&capicontrollers.ClusterReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: clusterCache, RemoteConnectionGracePeriod: time.Minute,
+	}).SetupWithManager(ctx, mgr, Options()); err != nil {
+		return nil, fmt.Errorf("failed to set up Cluster API's Cluster controller: %w", err)
+	}
+	if err := (&capicontrollers.MachineReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: clusterCache, RemoteConditionsGracePeriod: 5 * time.Minute,
+	}).SetupWithManager(ctx, mgr, Options()); err != nil {
+		return nil, fmt.Errorf("failed to set up Cluster API's Machine controller: %w", err)
+	}
+	return clusterCache, nil
+}
