@@ -1,0 +1,656 @@
+package nodeipam
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/container/fake"
+	"github.com/capct/cluster-api-provider-container/internal/ipam"
+	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
+	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
+)
+
+// env is one management cluster with one workload cluster, a fake runtime
+// with the cluster's network, and an Assigner over them.
+type env struct {
+	t        *testing.T
+	ctx      context.Context
+	mgmt     client.Client
+	workload client.Client
+	rt       *fake.Runtime
+	rec      *record.FakeRecorder
+	a        *Assigner
+	cluster  *clusterv1.Cluster
+	cc       *infrav1.ContainerCluster
+	network  string
+	routes   *routeTables
+}
+
+func newEnv(t *testing.T, podCIDRs []string, alloc infrav1.PodCIDRAllocation, wl ...interceptor.Funcs) *env {
+	t.Helper()
+	scheme, err := envtest.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1", UID: types.UID("uid-c1")}}
+	cluster.Spec.ClusterNetwork.Pods.CIDRBlocks = podCIDRs
+	cluster.Spec.InfrastructureRef = clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "ContainerCluster", Name: "c1"}
+	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
+	cc.Spec.Network.PodCIDRAllocation = alloc
+	mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(cluster, cc).
+		WithStatusSubresource(&infrav1.ContainerMachine{}).Build()
+	wb := fakeclient.NewClientBuilder().WithScheme(scheme)
+	if len(wl) > 0 {
+		wb = wb.WithInterceptorFuncs(wl[0])
+	}
+	e := &env{
+		t: t, ctx: context.Background(), mgmt: mgmt, workload: wb.Build(),
+		rt: fake.New(clocktesting.NewFakeClock(time.Unix(1700000000, 0))), rec: record.NewFakeRecorder(1000),
+		cluster: cluster, cc: cc, network: "capct-c1", routes: newRouteTables(),
+	}
+	e.rt.SetExecHandler(e.routes.handle)
+	fam := container.IPv4
+	for _, p := range podCIDRs {
+		if strings.Contains(p, ":") {
+			fam = container.DualStack
+		}
+	}
+	if _, err := e.rt.EnsureNetwork(e.ctx, container.NetworkSpec{Name: e.network, IPFamily: fam,
+		Labels: container.OwnerLabels(cluster.Name, string(cluster.UID), "", "")}); err != nil {
+		t.Fatal(err)
+	}
+	e.a = New(mgmt, mgmt, e.rt, clocktesting.NewFakePassiveClock(time.Unix(1700000000, 0)), e.rec)
+	return e
+}
+
+// machine creates a ContainerMachine, its running container and its Node
+// (with podCIDRs when given) and returns its scope.
+func (e *env) machine(name string, nodePodCIDRs ...string) *lifecycle.MachineScope {
+	e.t.Helper()
+	cm := &infrav1.ContainerMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name,
+		Labels: map[string]string{clusterv1.ClusterNameLabel: e.cluster.Name}}}
+	s := &lifecycle.MachineScope{Cluster: e.cluster, ContainerCluster: e.cc, ContainerMachine: cm}
+	cm.Spec.ProviderID = s.ProviderID()
+	if err := e.mgmt.Create(e.ctx, cm); err != nil {
+		e.t.Fatal(err)
+	}
+	labels := s.ContainerLabels()
+	m, err := e.rt.CreateMachine(e.ctx, container.MachineSpec{Name: s.ContainerName(), Image: "capct/node:v1.35.4",
+		Network: e.network, Labels: labels, Role: container.RoleWorker})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.rt.Start(e.ctx, m.Name); err != nil {
+		e.t.Fatal(err)
+	}
+	s.Container, _ = e.rt.Inspect(e.ctx, m.Name)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.ContainerName()}}
+	node.Spec.ProviderID = s.ProviderID()
+	if len(nodePodCIDRs) > 0 {
+		node.Spec.PodCIDR, node.Spec.PodCIDRs = nodePodCIDRs[0], nodePodCIDRs
+	}
+	if err := e.workload.Create(e.ctx, node); err != nil {
+		e.t.Fatal(err)
+	}
+	s.Node = node
+	return s
+}
+
+func (e *env) assign(s *lifecycle.MachineScope) bool {
+	e.t.Helper()
+	done, err := e.a.AssignPodCIDRs(e.ctx, s, e.workload)
+	if err != nil {
+		e.t.Fatalf("AssignPodCIDRs(%s): %v", s.ContainerMachine.Name, err)
+	}
+	return done
+}
+
+func (e *env) annotation(name string) string {
+	e.t.Helper()
+	cm := &infrav1.ContainerMachine{}
+	if err := e.mgmt.Get(e.ctx, client.ObjectKey{Namespace: "ns", Name: name}, cm); err != nil {
+		e.t.Fatal(err)
+	}
+	return cm.Annotations[infrav1.PodCIDRsAnnotation]
+}
+
+func (e *env) node(name string) *corev1.Node {
+	e.t.Helper()
+	n := &corev1.Node{}
+	if err := e.workload.Get(e.ctx, client.ObjectKey{Name: name}, n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+func (e *env) events() []string {
+	var out []string
+	for {
+		select {
+		case ev := <-e.rec.Events:
+			out = append(out, ev)
+		default:
+			return out
+		}
+	}
+}
+
+func countPrefix(evs []string, prefix string) int {
+	n := 0
+	for _, ev := range evs {
+		if strings.HasPrefix(ev, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func cond(s *lifecycle.MachineScope) *metav1.Condition {
+	return conditions.Get(s.ContainerMachine, infrav1.PodCIDRAllocatedCondition)
+}
+
+func TestAssignRecordsAnnotationBeforeNodeThenStatus(t *testing.T) {
+	var e *env
+	var annotationAtApply string
+	e = newEnv(t, []string{"10.244.0.0/16", "fd00:10:244::/56"}, infrav1.PodCIDRAllocation{}, interceptor.Funcs{
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			annotationAtApply = e.annotation("m1")
+			return c.Apply(ctx, obj, opts...)
+		},
+	})
+	s := e.machine("m1")
+	if !e.assign(s) {
+		t.Fatalf("not done: %+v", cond(s))
+	}
+	want := "10.244.0.0/24,fd00:10:244::/64"
+	if got := e.annotation("m1"); got != want {
+		t.Fatalf("annotation = %q, want %q", got, want)
+	}
+	if annotationAtApply != want {
+		t.Fatalf("annotation when the Node was written = %q, want %q (must be persisted first)", annotationAtApply, want)
+	}
+	if got := strings.Join(s.ContainerMachine.Status.PodCIDRs, ","); got != want {
+		t.Fatalf("status.podCIDRs = %q, want %q", got, want)
+	}
+	n := e.node(s.Node.Name)
+	if n.Spec.PodCIDR != "10.244.0.0/24" || strings.Join(n.Spec.PodCIDRs, ",") != want {
+		t.Fatalf("Node spec = %q %v", n.Spec.PodCIDR, n.Spec.PodCIDRs)
+	}
+	if s.Node.ResourceVersion != n.ResourceVersion {
+		t.Fatalf("scope Node not refreshed after apply: %s vs %s", s.Node.ResourceVersion, n.ResourceVersion)
+	}
+	c := cond(s)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != infrav1.SucceededReason {
+		t.Fatalf("condition = %+v", c)
+	}
+	conf, err := e.rt.ReadFile(e.ctx, s.ContainerName(), CNIConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(conf), `"subnet": "10.244.0.0/24"`) || !strings.Contains(string(conf), `"subnet": "fd00:10:244::/64"`) {
+		t.Fatalf("CNI config:\n%s", conf)
+	}
+	// A second call changes nothing: no annotation patch, no apply, no
+	// write.
+	annotationAtApply = "unset"
+	calls := len(e.rt.ExecCalls())
+	if !e.assign(s) {
+		t.Fatal("second call not done")
+	}
+	if annotationAtApply != "unset" {
+		t.Fatal("Node applied again although it already holds the CIDRs")
+	}
+	// Only the two `ip route show` reads (one per family).
+	if got := len(e.rt.ExecCalls()) - calls; got != 2 {
+		t.Fatalf("second call ran %d execs, want 2: %v", got, e.rt.ExecCalls()[calls:])
+	}
+}
+
+func TestMoveRebuildGivesSameAllocations(t *testing.T) {
+	e := newEnv(t, []string{"10.244.0.0/16"}, infrav1.PodCIDRAllocation{})
+	var scopes []*lifecycle.MachineScope
+	for i := range 8 {
+		s := e.machine(fmt.Sprintf("m%d", i))
+		if !e.assign(s) {
+			t.Fatal("not done")
+		}
+		scopes = append(scopes, s)
+	}
+	before := map[string]string{}
+	for _, s := range scopes {
+		before[s.ContainerMachine.Name] = e.annotation(s.ContainerMachine.Name)
+	}
+	// "clusterctl move": status is not carried; a new controller with a
+	// fresh Assigner starts over. Strip status and rebuild.
+	list := &infrav1.ContainerMachineList{}
+	if err := e.mgmt.List(e.ctx, list); err != nil {
+		t.Fatal(err)
+	}
+	for i := range list.Items {
+		list.Items[i].Status = infrav1.ContainerMachineStatus{}
+	}
+	cfg, _, _, _ := ClusterConfig(e.cluster, e.cc)
+	alloc, bad, err := Rebuild(cfg, list.Items, nil)
+	if err != nil || len(bad) != 0 {
+		t.Fatalf("rebuild: %v %v", err, bad)
+	}
+	for name, v := range before {
+		got, _ := alloc.Get("ContainerMachine/ns/" + name)
+		if FormatPodCIDRs(got) != v {
+			t.Fatalf("%s: rebuilt %v, recorded %s", name, got, v)
+		}
+	}
+	// A new Assigner on the moved objects keeps every machine's CIDRs and
+	// gives a new machine a fresh one.
+	e.a = New(e.mgmt, e.mgmt, e.rt, nil, e.rec)
+	for _, s := range scopes {
+		s.ContainerMachine.Status = infrav1.ContainerMachineStatus{}
+		if !e.assign(s) || strings.Join(s.ContainerMachine.Status.PodCIDRs, ",") != before[s.ContainerMachine.Name] {
+			t.Fatalf("%s after move: %v, want %s", s.ContainerMachine.Name, s.ContainerMachine.Status.PodCIDRs, before[s.ContainerMachine.Name])
+		}
+	}
+	s := e.machine("new")
+	e.assign(s)
+	for name, v := range before {
+		if v == e.annotation("new") {
+			t.Fatalf("new machine got %s, held by %s", v, name)
+		}
+	}
+}
+
+func TestNodeWithoutMachineBlocksItsCIDR(t *testing.T) {
+	e := newEnv(t, []string{"10.244.0.0/23"}, infrav1.PodCIDRAllocation{})
+	// A Node left over from a machine whose ContainerMachine is already
+	// gone (Cluster API deletes the Node last).
+	orphan := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gone"}}
+	orphan.Spec.PodCIDR, orphan.Spec.PodCIDRs = "10.244.0.0/24", []string{"10.244.0.0/24"}
+	if err := e.workload.Create(e.ctx, orphan); err != nil {
+		t.Fatal(err)
+	}
+	s1 := e.machine("m1")
+	if !e.assign(s1) || e.annotation("m1") != "10.244.1.0/24" {
+		t.Fatalf("m1 got %q, want the CIDR the orphan Node does not hold", e.annotation("m1"))
+	}
+	s2 := e.machine("m2")
+	if e.assign(s2) {
+		t.Fatal("m2 done although the orphan Node holds the only other CIDR")
+	}
+	if c := cond(s2); c.Reason != infrav1.ExhaustedReason {
+		t.Fatalf("m2 condition %+v", c)
+	}
+	// Deleting the Node releases its CIDR.
+	if err := e.workload.Delete(e.ctx, orphan); err != nil {
+		t.Fatal(err)
+	}
+	if !e.assign(s2) || e.annotation("m2") != "10.244.0.0/24" {
+		t.Fatalf("m2 after the Node's deletion: %q", e.annotation("m2"))
+	}
+}
+
+func TestDeletingMachineKeepsItsCIDR(t *testing.T) {
+	e := newEnv(t, []string{"10.244.0.0/23"}, infrav1.PodCIDRAllocation{})
+	s1 := e.machine("m1")
+	e.assign(s1)
+	// m1's deletion starts: its finalizer keeps it listed, with the
+	// annotation, until the container is gone.
+	cm := &infrav1.ContainerMachine{}
+	_ = e.mgmt.Get(e.ctx, client.ObjectKeyFromObject(s1.ContainerMachine), cm)
+	cm.Finalizers = []string{infrav1.MachineFinalizer}
+	if err := e.mgmt.Update(e.ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.mgmt.Delete(e.ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	s2 := e.machine("m2")
+	e.assign(s2)
+	s3 := e.machine("m3")
+	if e.assign(s3) {
+		t.Fatalf("m3 got %q although deleting m1 and m2 hold both CIDRs", e.annotation("m3"))
+	}
+	// The ContainerMachine goes, but its Node (still holding the CIDR)
+	// keeps it reserved.
+	_ = e.mgmt.Get(e.ctx, client.ObjectKeyFromObject(cm), cm)
+	cm.Finalizers = nil
+	if err := e.mgmt.Update(e.ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	if e.assign(s3) {
+		t.Fatalf("m3 got %q while m1's Node still holds it", e.annotation("m3"))
+	}
+	if err := e.workload.Delete(e.ctx, s1.Node); err != nil {
+		t.Fatal(err)
+	}
+	if !e.assign(s3) || e.annotation("m3") != "10.244.0.0/24" {
+		t.Fatalf("m3 = %q after m1's Node went", e.annotation("m3"))
+	}
+}
+
+func TestExhaustionConditionAndSingleEvent(t *testing.T) {
+	e := newEnv(t, []string{"10.244.0.0/24"}, infrav1.PodCIDRAllocation{})
+	e.assign(e.machine("m1"))
+	e.events()
+	before := testutil.ToFloat64(allocationFailures.WithLabelValues(infrav1.ExhaustedReason))
+	s := e.machine("m2")
+	for range 5 {
+		done, err := e.a.AssignPodCIDRs(e.ctx, s, e.workload)
+		if done || err != nil {
+			t.Fatalf("exhausted: done=%v err=%v", done, err)
+		}
+	}
+	c := cond(s)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != infrav1.ExhaustedReason || !strings.Contains(c.Message, "10.244.0.0/24") {
+		t.Fatalf("condition %+v", c)
+	}
+	evs := e.events()
+	if n := countPrefix(evs, "Warning Exhausted"); n != 1 {
+		t.Fatalf("%d Exhausted events over 5 attempts, want 1: %v", n, evs)
+	}
+	if got := testutil.ToFloat64(allocationFailures.WithLabelValues(infrav1.ExhaustedReason)) - before; got != 5 {
+		t.Fatalf("failure counter grew by %v, want 5", got)
+	}
+	if got := testutil.ToFloat64(cidrsInUse.WithLabelValues("ns", "c1", "IPv4")); got != 1 {
+		t.Fatalf("in use gauge = %v", got)
+	}
+	if got := testutil.ToFloat64(cidrsTotal.WithLabelValues("ns", "c1", "IPv4")); got != 1 {
+		t.Fatalf("total gauge = %v", got)
+	}
+	if e.annotation("m2") != "" {
+		t.Fatal("exhausted machine got an annotation")
+	}
+	// A fresh Assigner (restart) does not repeat the event either: the
+	// condition says the machine is already exhausted.
+	e.a = New(e.mgmt, e.mgmt, e.rt, nil, e.rec)
+	e.assign(s)
+	if evs := e.events(); countPrefix(evs, "Warning Exhausted") != 0 {
+		t.Fatalf("event repeated after restart: %v", evs)
+	}
+}
+
+func TestNodeWithOtherFreeCIDRsIsAdopted(t *testing.T) {
+	e := newEnv(t, []string{"10.244.0.0/16"}, infrav1.PodCIDRAllocation{})
+	s := e.machine("m1")
+	// A previous allocation recorded 10.244.0.0/24, but the Node got
+	// 10.244.7.0/24 from elsewhere (e.g. kube-controller-manager).
+	patch := []byte(`{"metadata":{"annotations":{"` + infrav1.PodCIDRsAnnotation + `":"10.244.0.0/24"}}}`)
+	if err := e.mgmt.Patch(e.ctx, s.ContainerMachine.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	n := e.node(s.Node.Name)
+	n.Spec.PodCIDR, n.Spec.PodCIDRs = "10.244.7.0/24", []string{"10.244.7.0/24"}
+	if err := e.workload.Update(e.ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	s.Node = n
+	if !e.assign(s) {
+		t.Fatalf("not done: %+v", cond(s))
+	}
+	if got := e.annotation("m1"); got != "10.244.7.0/24" {
+		t.Fatalf("annotation %q, want the Node's", got)
+	}
+	evs := e.events()
+	if countPrefix(evs, "Warning PodCIDRConflict") != 1 || !strings.Contains(strings.Join(evs, "\n"), "10.244.0.0/24") {
+		t.Fatalf("events %v", evs)
+	}
+}
+
+func TestNodeWithTakenCIDRsIsAConflict(t *testing.T) {
+	e := newEnv(t, []string{"10.244.0.0/16"}, infrav1.PodCIDRAllocation{})
+	s1 := e.machine("m1")
+	e.assign(s1) // 10.244.0.0/24
+	s2 := e.machine("m2", "10.244.0.0/24")
+	for range 3 {
+		if e.assign(s2) {
+			t.Fatal("done although the Node holds m1's CIDR")
+		}
+	}
+	c := cond(s2)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != infrav1.PodCIDRConflictReason ||
+		!strings.Contains(c.Message, s2.Node.Name) || !strings.Contains(c.Message, "10.244.0.0/24") || !strings.Contains(c.Message, "ContainerMachine/ns/m1") {
+		t.Fatalf("condition %+v", c)
+	}
+	if got := e.annotation("m2"); got != "" {
+		t.Fatalf("m2 recorded %q", got)
+	}
+	if n := countPrefix(e.events(), "Warning PodCIDRConflict"); n != 1 {
+		t.Fatalf("%d conflict events, want 1", n)
+	}
+	if e.node(s2.Node.Name).Spec.PodCIDRs[0] != "10.244.0.0/24" {
+		t.Fatal("Node was changed")
+	}
+	// A third machine never gets the contested CIDR.
+	s3 := e.machine("m3")
+	e.assign(s3)
+	if e.annotation("m3") == "10.244.0.0/24" {
+		t.Fatal("duplicate")
+	}
+}
+
+func TestBadRecordsAreReportedNotDuplicated(t *testing.T) {
+	e := newEnv(t, []string{"10.244.0.0/22"}, infrav1.PodCIDRAllocation{})
+	bad := map[string]string{
+		"out":     "192.168.0.0/24",
+		"garbage": "not-a-cidr,10.244.1.0/24",
+		"dup":     "10.244.1.0/24",
+	}
+	for name, v := range bad {
+		cm := &infrav1.ContainerMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name,
+			Labels:      map[string]string{clusterv1.ClusterNameLabel: "c1"},
+			Annotations: map[string]string{infrav1.PodCIDRsAnnotation: v}}}
+		if err := e.mgmt.Create(e.ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{"10.244.1.0/24": true}
+	for i := range 3 {
+		s := e.machine(fmt.Sprintf("m%d", i))
+		if !e.assign(s) {
+			t.Fatalf("m%d not done: %+v", i, cond(s))
+		}
+		v := e.annotation(s.ContainerMachine.Name)
+		if seen[v] {
+			t.Fatalf("m%d got %s twice", i, v)
+		}
+		seen[v] = true
+	}
+	evs := e.events()
+	if n := countPrefix(evs, "Warning "+eventBadRecord); n != 3 {
+		t.Fatalf("%d bad-record events over three reconciles, want 3 (one per bad record): %v", n, evs)
+	}
+	// Of the two machines claiming 10.244.1.0/24, "dup" sorts first and
+	// keeps it; "garbage" cannot keep its record and is not handed a new
+	// CIDR behind the user's back.
+	cm := &infrav1.ContainerMachine{}
+	_ = e.mgmt.Get(e.ctx, client.ObjectKey{Namespace: "ns", Name: "garbage"}, cm)
+	s := &lifecycle.MachineScope{Cluster: e.cluster, ContainerCluster: e.cc, ContainerMachine: cm, Node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "garbage"}}}
+	if done, err := e.a.AssignPodCIDRs(e.ctx, s, e.workload); done || err != nil || cond(s).Reason != infrav1.PodCIDRConflictReason ||
+		!strings.Contains(cond(s).Message, "ContainerMachine/ns/dup") {
+		t.Fatalf("garbage: done=%v err=%v cond=%+v", done, err, cond(s))
+	}
+}
+
+func TestConcurrentMachinesGetDistinctCIDRs(t *testing.T) {
+	e := newEnv(t, []string{"10.244.0.0/16", "fd00:10:244::/56"}, infrav1.PodCIDRAllocation{})
+	var scopes []*lifecycle.MachineScope
+	for i := range 20 {
+		scopes = append(scopes, e.machine(fmt.Sprintf("m%02d", i)))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(scopes))
+	for i, s := range scopes {
+		wg.Go(func() {
+			done, err := e.a.AssignPodCIDRs(e.ctx, s, e.workload)
+			if err == nil && !done {
+				err = errors.New("not done")
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	seen := map[netip.Prefix]string{}
+	for i, s := range scopes {
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", s.ContainerMachine.Name, errs[i])
+		}
+		cidrs, perrs := ParsePodCIDRs(e.annotation(s.ContainerMachine.Name))
+		if len(perrs) > 0 || len(cidrs) != 2 {
+			t.Fatalf("%s: %v %v", s.ContainerMachine.Name, cidrs, perrs)
+		}
+		for _, p := range cidrs {
+			if other, ok := seen[p]; ok {
+				t.Fatalf("%s and %s both got %s", other, s.ContainerMachine.Name, p)
+			}
+			seen[p] = s.ContainerMachine.Name
+		}
+	}
+	// Every node ends up routing to the 19 others, per family.
+	for _, s := range scopes {
+		if got := len(e.routes.get(s.ContainerName())); got != 38 {
+			t.Fatalf("%s has %d routes, want 38", s.ContainerName(), got)
+		}
+	}
+}
+
+func TestDisabledAndNoPodCIDRs(t *testing.T) {
+	for name, tc := range map[string]struct {
+		cidrs []string
+		alloc infrav1.PodCIDRAllocation
+	}{
+		"disabled":     {[]string{"10.244.0.0/16"}, infrav1.PodCIDRAllocation{Enabled: ptr.To(false)}},
+		"no pod CIDRs": {nil, infrav1.PodCIDRAllocation{}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, tc.cidrs, tc.alloc)
+			s := e.machine("m1")
+			if !e.assign(s) {
+				t.Fatal("disabled IPAM must not block initialization")
+			}
+			if c := cond(s); c == nil || c.Status != metav1.ConditionFalse || c.Reason != infrav1.DisabledReason {
+				t.Fatalf("condition %+v", c)
+			}
+			if e.annotation("m1") != "" || len(e.node(s.Node.Name).Spec.PodCIDRs) != 0 || len(e.rt.ExecCalls()) != 0 {
+				t.Fatal("disabled IPAM did something")
+			}
+		})
+	}
+}
+
+func TestInvalidConfigIsReportedOnce(t *testing.T) {
+	e := newEnv(t, []string{"10.244.0.0/16"}, infrav1.PodCIDRAllocation{NodeMaskSizeIPv4: 12})
+	s := e.machine("m1")
+	for range 3 {
+		if e.assign(s) {
+			t.Fatal("done with an invalid config")
+		}
+	}
+	if c := cond(s); c.Reason != infrav1.InvalidSpecReason || !strings.Contains(c.Message, "/12") {
+		t.Fatalf("condition %+v", c)
+	}
+	if n := countPrefix(e.events(), "Warning "+infrav1.InvalidSpecReason); n != 1 {
+		t.Fatalf("%d events", n)
+	}
+}
+
+func TestNodeMaskSizesFromContainerCluster(t *testing.T) {
+	e := newEnv(t, []string{"fd00:10:244::/56", "10.244.0.0/16"}, infrav1.PodCIDRAllocation{NodeMaskSizeIPv4: 26, NodeMaskSizeIPv6: 72})
+	s := e.machine("m1")
+	e.assign(s)
+	if got := e.annotation("m1"); got != "fd00:10:244::/72,10.244.0.0/26" {
+		t.Fatalf("annotation %q", got)
+	}
+	if n := e.node(s.Node.Name); n.Spec.PodCIDR != "fd00:10:244::/72" {
+		t.Fatalf("primary family must come first: %v", n.Spec.PodCIDRs)
+	}
+}
+
+func TestRestart10kNoneHandedOutTwice(t *testing.T) {
+	cfg, _, _, err := ClusterConfig(&clusterv1.Cluster{Spec: clusterv1.ClusterSpec{ClusterNetwork: clusterv1.ClusterNetwork{
+		Pods: clusterv1.NetworkRanges{CIDRBlocks: []string{"10.0.0.0/8", "fd00::/44"}}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := ipam.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var machines []infrav1.ContainerMachine
+	var nodes []corev1.Node
+	for i := range 10000 {
+		name := fmt.Sprintf("m%05d", i)
+		cidrs, err := first.Allocate("ContainerMachine/ns/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm := infrav1.ContainerMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name,
+			Annotations: map[string]string{infrav1.PodCIDRsAnnotation: FormatPodCIDRs(cidrs)}}}
+		cm.Spec.ProviderID = "container:///" + name
+		machines = append(machines, cm)
+		// Half the machines have their Node; every 10th machine's record
+		// is gone and only its Node is left.
+		if i%2 == 0 {
+			n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+			n.Spec.ProviderID = cm.Spec.ProviderID
+			n.Spec.PodCIDRs = cidrStrings(cidrs)
+			nodes = append(nodes, n)
+		}
+	}
+	var kept []infrav1.ContainerMachine
+	for i, m := range machines {
+		if i%10 != 0 {
+			kept = append(kept, m)
+		}
+	}
+	start := time.Now()
+	alloc, bad, err := Rebuild(cfg, kept, nodes)
+	t.Logf("rebuilt %d machines and %d nodes in %s", len(kept), len(nodes), time.Since(start))
+	if err != nil || len(bad) != 0 {
+		t.Fatalf("rebuild: %v, %d bad: %v", err, len(bad), bad[:min(3, len(bad))])
+	}
+	held := map[netip.Prefix]bool{}
+	for _, cidrs := range first.Allocations() {
+		for _, p := range cidrs {
+			held[p] = true
+		}
+	}
+	for _, u := range alloc.Usage() {
+		// Every CIDR is held: by its machine, or (every 10th, whose
+		// record is gone) by its Node.
+		if u.InUse != 10000 {
+			t.Fatalf("in use after rebuild %d, want 10000: %+v", u.InUse, u)
+		}
+	}
+	for i := range 5000 {
+		cidrs, err := alloc.Allocate(fmt.Sprintf("ContainerMachine/ns/new%05d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range cidrs {
+			if held[p] {
+				t.Fatalf("new allocation %s was already held", p)
+			}
+			held[p] = true
+		}
+	}
+}

@@ -1,0 +1,176 @@
+package nodeipam
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// Node is what route computation needs to know about one node container:
+// its addresses on the cluster network and its pod CIDRs.
+type Node struct {
+	// Name of the node's container.
+	Name string
+	// IPv4 and IPv6 are the container's addresses on the cluster network;
+	// invalid when it has none of that family.
+	IPv4, IPv6 netip.Addr
+	// PodCIDRs are the node's pod CIDRs.
+	PodCIDRs []netip.Prefix
+}
+
+// Route is a route to a pod CIDR through a node's address.
+type Route struct {
+	Dst netip.Prefix
+	Via netip.Addr
+}
+
+func (r Route) String() string { return r.Dst.String() + " via " + r.Via.String() }
+
+// Command returns the ip(8) command that adds (replace) or removes (del)
+// the route.
+func (r Route) Command(op string) []string {
+	if r.Dst.Addr().Is4() {
+		return []string{"ip", "route", op, r.Dst.String(), "via", r.Via.String()}
+	}
+	return []string{"ip", "-6", "route", op, r.Dst.String(), "via", r.Via.String()}
+}
+
+// DesiredRoutes returns, for every node, the routes it needs to reach the
+// other nodes' pod CIDRs: each CIDR through the owning node's address of
+// the same family. A CIDR whose owner has no address of its family is left
+// out. Routes are sorted, so the result is deterministic.
+func DesiredRoutes(nodes []Node) map[string][]Route {
+	var all []struct {
+		owner string
+		r     Route
+	}
+	for _, n := range nodes {
+		for _, p := range n.PodCIDRs {
+			via := n.IPv4
+			if !p.Addr().Is4() {
+				via = n.IPv6
+			}
+			if !p.IsValid() || !via.IsValid() {
+				continue
+			}
+			all = append(all, struct {
+				owner string
+				r     Route
+			}{n.Name, Route{Dst: p.Masked(), Via: via}})
+		}
+	}
+	out := make(map[string][]Route, len(nodes))
+	for _, n := range nodes {
+		routes := []Route{}
+		for _, a := range all {
+			if a.owner != n.Name {
+				routes = append(routes, a.r)
+			}
+		}
+		sortRoutes(routes)
+		out[n.Name] = routes
+	}
+	return out
+}
+
+func sortRoutes(rs []Route) {
+	slices.SortFunc(rs, func(a, b Route) int {
+		if c := a.Dst.Addr().Compare(b.Dst.Addr()); c != 0 {
+			return c
+		}
+		if c := a.Dst.Bits() - b.Dst.Bits(); c != 0 {
+			return c
+		}
+		return a.Via.Compare(b.Via)
+	})
+}
+
+// routeTypes are the first words of `ip route show` lines that are route
+// types rather than destinations.
+var routeTypes = map[string]bool{
+	"unicast": true, "local": true, "broadcast": true, "multicast": true, "throw": true,
+	"unreachable": true, "prohibit": true, "blackhole": true, "nat": true, "anycast": true,
+}
+
+// ParseRoutes returns the routes with a gateway ("via") in the output of
+// `ip -o route show` or `ip -o -6 route show`. Lines it does not
+// understand (default routes, typed routes, multipath) are ignored, so they
+// are never touched.
+func ParseRoutes(out string) []Route {
+	var routes []Route
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) < 3 || routeTypes[f[0]] {
+			continue
+		}
+		dst, ok := parseDst(f[0])
+		if !ok {
+			continue
+		}
+		i := slices.Index(f, "via")
+		if i < 0 || i+1 >= len(f) {
+			continue
+		}
+		v := f[i+1]
+		if (v == "inet" || v == "inet6") && i+2 < len(f) {
+			v = f[i+2]
+		}
+		via, err := netip.ParseAddr(v)
+		if err != nil {
+			continue
+		}
+		routes = append(routes, Route{Dst: dst, Via: via})
+	}
+	return routes
+}
+
+func parseDst(s string) (netip.Prefix, bool) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err == nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(a, a.BitLen()), true
+}
+
+// DiffRoutes compares a node's current gateway routes with the desired ones.
+// add holds the desired routes missing from current (to be added with `ip
+// route replace`, which also moves a route to a new gateway). del holds the
+// current routes into the cluster's pod network (inside one of
+// clusterCIDRs) whose destination is no longer wanted at all; routes
+// elsewhere (the default route, the node network, anything an
+// administrator added) are never removed.
+func DiffRoutes(current, desired []Route, clusterCIDRs []netip.Prefix) (add, del []Route) {
+	have := map[Route]bool{}
+	for _, r := range current {
+		have[r] = true
+	}
+	wantDst := map[netip.Prefix]bool{}
+	for _, r := range desired {
+		wantDst[r.Dst] = true
+		if !have[r] {
+			add = append(add, r)
+		}
+	}
+	for _, r := range current {
+		if wantDst[r.Dst] || !insideAny(r.Dst, clusterCIDRs) {
+			continue
+		}
+		del = append(del, r)
+	}
+	sortRoutes(add)
+	sortRoutes(del)
+	return add, del
+}
+
+func insideAny(p netip.Prefix, cidrs []netip.Prefix) bool {
+	for _, c := range cidrs {
+		if c.Addr().Is4() == p.Addr().Is4() && p.Bits() >= c.Bits() && c.Contains(p.Addr()) {
+			return true
+		}
+	}
+	return false
+}
