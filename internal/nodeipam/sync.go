@@ -146,4 +146,3 @@ func (a *Assigner) exec(ctx context.Context, name string, cmd []string) (string,
 	}
 	return string(res.Stdout), nil
 }
-
