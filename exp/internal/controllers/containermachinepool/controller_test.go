@@ -1,0 +1,283 @@
+package containermachinepool_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/labels/format"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+)
+
+const settle = 90 * time.Second
+
+// TestScaleUpDownAndDelete scales 0→5→2→0 and checks ContainerMachines,
+// Machines, containers and providerIDList at each step, then deletes the
+// MachinePool and checks that a container left behind with the pool's label
+// goes too.
+func TestScaleUpDownAndDelete(t *testing.T) {
+	st := startStack(t)
+	f := newFixture(t, 0, expinfrav1.RollingUpdate{})
+	eventually(t, settle, "an empty pool to be ready", f.settled(0))
+	for _, n := range []int32{5, 2, 0} {
+		f.scale(n)
+		eventually(t, settle, fmt.Sprintf("%d replicas", n), f.settled(int(n)))
+		t.Logf("scaled to %d: writes %v", n, st.writes.snapshot())
+	}
+
+	// A container carrying the pool label and the cluster's UID with no
+	// ContainerMachine, e.g. from a machine whose finalizer was removed by
+	// hand, is removed when the pool is deleted.
+	ctx := ctxT(t)
+	cluster := &clusterv1.Cluster{}
+	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(f.cluster), cluster))
+	labels := container.OwnerLabels("c1", string(cluster.UID), "pool-gone1", string(container.RoleWorker))
+	labels[container.LabelPool] = format.MustFormatValue(f.mp.Name)
+	labels[container.LabelNamespace] = f.ns
+	if _, err := rt.CreateMachine(ctx, container.MachineSpec{Name: "c1-pool-gone1", Image: "capct/node:" + k8sVersion, Labels: labels, Role: container.RoleWorker}); err != nil {
+		t.Fatal(err)
+	}
+	must(t, env.Client.Delete(ctx, f.mp))
+	eventually(t, settle, "the pool and its leftovers to go", func() error {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.pool), &expinfrav1.ContainerMachinePool{})
+		if err == nil {
+			return errors.New("the ContainerMachinePool still exists")
+		}
+		if _, err := rt.Inspect(ctx, "c1-pool-gone1"); !container.IsNotFound(err) {
+			return fmt.Errorf("the leftover container still exists: %v", err)
+		}
+		return nil
+	})
+}
+
+// TestDeleteMachineAnnotationFirst annotates two Machines of five and scales
+// to three: exactly those two go.
+func TestDeleteMachineAnnotationFirst(t *testing.T) {
+	startStack(t)
+	f := newFixture(t, 5, expinfrav1.RollingUpdate{})
+	eventually(t, settle, "5 replicas", f.settled(5))
+	ctx := ctxT(t)
+	s := f.state()
+	// The two youngest, so that age alone would keep them.
+	marked := map[string]bool{}
+	newest := s.machines
+	for i := 0; i < len(newest); i++ {
+		for j := i + 1; j < len(newest); j++ {
+			if newest[j].CreationTimestamp.After(newest[i].CreationTimestamp.Time) {
+				newest[i], newest[j] = newest[j], newest[i]
+			}
+		}
+	}
+	for _, m := range newest[:2] {
+		before := m.DeepCopy()
+		if m.Annotations == nil {
+			m.Annotations = map[string]string{}
+		}
+		m.Annotations[clusterv1.DeleteMachineAnnotation] = ""
+		must(t, env.Client.Patch(ctx, &m, client.MergeFrom(before)))
+		marked[m.Name] = true
+	}
+	f.scale(3)
+	eventually(t, settle, "3 replicas", f.settled(3))
+	for _, name := range cmNames(f.state()) {
+		if marked[name] {
+			t.Fatalf("machine %s was marked for deletion but kept; marked %v", name, marked)
+		}
+	}
+}
+
+// TestRollingImageChange changes the template image of a 3-replica pool with
+// the default strategy (maxSurge 1, maxUnavailable 0): every machine is
+// replaced, the pool never has fewer than 3 provisioned machines that are
+// not being deleted nor more than 4 machines not being deleted.
+func TestRollingImageChange(t *testing.T) {
+	startStack(t)
+	f := newFixture(t, 3, expinfrav1.RollingUpdate{})
+	eventually(t, settle, "3 replicas", f.settled(3))
+	old := cmNames(f.state())
+
+	ctx := ctxT(t)
+	var violation atomic.Value
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for watchCtx.Err() == nil {
+			s := f.state()
+			machines := map[string]clusterv1.Machine{}
+			for _, m := range s.machines {
+				machines[m.Name] = m
+			}
+			available, active := 0, 0
+			for _, cm := range s.cms {
+				m, ok := machines[cm.Name]
+				if !cm.DeletionTimestamp.IsZero() || (ok && !m.DeletionTimestamp.IsZero()) {
+					continue
+				}
+				active++
+				if ptr.Deref(cm.Status.Initialization.Provisioned, false) {
+					available++
+				}
+			}
+			if available < 3 || active > 4 {
+				violation.Store(fmt.Sprintf("available %d active %d of %v", available, active, cmNames(s)))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+
+	pool := &expinfrav1.ContainerMachinePool{}
+	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(f.pool), pool))
+	before := pool.DeepCopy()
+	pool.Spec.Template.Image = "capct/node:" + k8sVersion + "-custom"
+	must(t, env.Client.Patch(ctx, pool, client.MergeFrom(before)))
+
+	eventually(t, 2*settle, "the rollout", func() error {
+		if err := f.settled(3)(); err != nil {
+			return err
+		}
+		for _, cm := range f.state().cms {
+			if cm.Spec.Image != pool.Spec.Template.Image {
+				return fmt.Errorf("ContainerMachine %s still has image %q", cm.Name, cm.Spec.Image)
+			}
+		}
+		return nil
+	})
+	stopWatching()
+	<-watched
+	if v := violation.Load(); v != nil {
+		t.Fatalf("the rollout broke the strategy: %v", v)
+	}
+	for _, name := range cmNames(f.state()) {
+		for _, o := range old {
+			if name == o {
+				t.Fatalf("machine %s survived the rollout", name)
+			}
+		}
+	}
+}
+
+// TestWriteCounts scales a pool 0→10 and bounds the writes of the pool
+// controller per replica, then shows that a reconcile of the settled pool
+// writes nothing.
+func TestWriteCounts(t *testing.T) {
+	const perReplica = 3 // stated in docs/machinepool.md
+	st := startStack(t)
+	f := newFixture(t, 0, expinfrav1.RollingUpdate{})
+	eventually(t, settle, "an empty pool to be ready", f.settled(0))
+	time.Sleep(2 * time.Second)
+	st.writes.reset()
+
+	f.scale(10)
+	eventually(t, settle, "10 replicas", f.settled(10))
+	time.Sleep(2 * time.Second)
+	got := st.writes.snapshot()
+	total := st.writes.total()
+	t.Logf("scale 0→10: %d writes %v", total, got)
+	if got["apply"] != 10 {
+		t.Errorf("want 10 applies (one per ContainerMachine), got %d", got["apply"])
+	}
+	if total > perReplica*10 {
+		t.Errorf("scale 0→10 took %d writes, more than %d per replica", total, perReplica)
+	}
+
+	// Steady state: poke the pool (a label nobody reads) and wait for the
+	// controller to have reconciled it.
+	st.writes.reset()
+	ctx := ctxT(t)
+	pool := &expinfrav1.ContainerMachinePool{}
+	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(f.pool), pool))
+	before := pool.DeepCopy()
+	pool.Labels["poke"] = "1"
+	must(t, env.Client.Patch(ctx, pool, client.MergeFrom(before)))
+	eventually(t, 10*time.Second, "a reconcile", func() error {
+		if st.writes.listCalls() == 0 {
+			return errors.New("no reconcile yet")
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second)
+	if n := st.writes.total(); n != 0 {
+		t.Fatalf("a steady-state reconcile of 10 replicas wrote %d times: %v", n, st.writes.snapshot())
+	}
+	t.Logf("steady state: %d reconciles' lists, 0 writes", st.writes.listCalls())
+}
+
+// TestCrashMidScaleUp stops the manager after the fourth ContainerMachine of
+// ten was applied, starts a new one and checks that the pool ends with
+// exactly ten machines and ten containers, no more.
+func TestCrashMidScaleUp(t *testing.T) {
+	first := startStack(t)
+	f := newFixture(t, 0, expinfrav1.RollingUpdate{})
+	eventually(t, settle, "an empty pool to be ready", f.settled(0))
+	var applies atomic.Int32
+	first.writes.mu.Lock()
+	first.writes.onApply = func() error {
+		if applies.Add(1) > 4 {
+			go first.cancel() // the process dies here
+			return errors.New("crashed")
+		}
+		return nil
+	}
+	first.writes.mu.Unlock()
+	f.scale(10)
+	eventually(t, 30*time.Second, "the crash", func() error {
+		if applies.Load() <= 4 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	first.stop()
+	if n := len(f.state().cms); n != 4 {
+		t.Fatalf("want 4 ContainerMachines when the first manager died, got %d", n)
+	}
+
+	startStack(t)
+	eventually(t, settle, "10 replicas after the restart", f.settled(10))
+	time.Sleep(3 * time.Second)
+	s := f.state()
+	if len(s.cms) != 10 || len(s.containers) != 10 || len(s.machines) != 10 {
+		t.Fatalf("after the restart: %d ContainerMachines, %d containers, %d Machines", len(s.cms), len(s.containers), len(s.machines))
+	}
+	seen := map[string]bool{}
+	for _, c := range s.containers {
+		if seen[c.Labels[container.LabelMachine]] {
+			t.Fatalf("two containers for ContainerMachine %s", c.Labels[container.LabelMachine])
+		}
+		seen[c.Labels[container.LabelMachine]] = true
+	}
+}
+
+// TestMaxUnavailableRollout uses maxSurge 0 / maxUnavailable 1: the pool
+// never exceeds its replicas and still replaces every machine.
+func TestMaxUnavailableRollout(t *testing.T) {
+	startStack(t)
+	f := newFixture(t, 2, expinfrav1.RollingUpdate{MaxSurge: ptr.To(intstr.FromInt32(0)), MaxUnavailable: ptr.To(intstr.FromString("50%"))})
+	eventually(t, settle, "2 replicas", f.settled(2))
+	ctx := ctxT(t)
+	mp := &clusterv1.MachinePool{}
+	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(f.mp), mp))
+	before := mp.DeepCopy()
+	mp.Spec.Template.Spec.Version = "v1.35.5"
+	must(t, env.Client.Patch(ctx, mp, client.MergeFrom(before)))
+	eventually(t, 2*settle, "the version rollout", func() error {
+		if err := f.settled(2)(); err != nil {
+			return err
+		}
+		for _, cm := range f.state().cms {
+			if v := cm.Annotations["containermachinepool.infrastructure.cluster.x-k8s.io/version"]; v != "v1.35.5" {
+				return fmt.Errorf("ContainerMachine %s is still at %s", cm.Name, v)
+			}
+		}
+		return nil
+	})
+}

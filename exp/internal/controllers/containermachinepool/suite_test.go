@@ -1,0 +1,455 @@
+package containermachinepool_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	capicontrollers "sigs.k8s.io/cluster-api/controllers"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/util/kubeconfig"
+	"sigs.k8s.io/cluster-api/util/labels/format"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/exp/internal/controllers/containermachinepool"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/container/fake"
+	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
+	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
+	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
+)
+
+// The suite runs the pool controller against a real API server with Cluster
+// API's Cluster, Machine and MachinePool reconcilers in the same process, so
+// the MachinePool Machines are created by their real consumer, and with
+// CAPCT's ContainerCluster and ContainerMachine controllers on the fake
+// runtime, so containers really come and go. The envtest manager only serves
+// webhooks; each test starts its own controller manager ("stack"), which is
+// what lets a test crash one and start another.
+var (
+	env *envtest.Environment
+	rt  *fake.Runtime
+)
+
+// bootstrapData is runnable by the lifecycle on the fake runtime: it writes
+// the bootstrap sentinel.
+const bootstrapData = `#cloud-config
+write_files:
+- path: /run/cluster-api/bootstrap-success.complete
+  content: success
+runcmd:
+- "echo hello"
+`
+
+const k8sVersion = "v1.35.4"
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if os.Getenv("TEST_LOG") != "" {
+		ctrl.SetLogger(klog.Background())
+	} else {
+		ctrl.SetLogger(logr.Discard())
+	}
+	var err error
+	env, err = envtest.New()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		return 1
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "failed to stop envtest: %v\n", err)
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := env.Start(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		return 1
+	}
+	rt = fake.New(nil)
+	return m.Run()
+}
+
+// writes counts the writes the pool controller sends, by verb.
+type writes struct {
+	mu     sync.Mutex
+	counts map[string]int
+	lists  int
+	// onApply, when set, runs before each Apply and may fail it.
+	onApply func() error
+}
+
+func (w *writes) add(verb string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.counts[verb]++
+}
+
+func (w *writes) total() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, c := range w.counts {
+		n += c
+	}
+	return n
+}
+
+func (w *writes) snapshot() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range w.counts {
+		out[k] = v
+	}
+	return out
+}
+
+func (w *writes) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.counts = map[string]int{}
+	w.lists = 0
+}
+
+func (w *writes) listCalls() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lists
+}
+
+// withWatch lets the interceptor wrap a manager's client.
+type withWatch struct{ client.Client }
+
+func (withWatch) Watch(context.Context, client.ObjectList, ...client.ListOption) (watch.Interface, error) {
+	return nil, errors.New("watch is not supported")
+}
+
+func (w *writes) wrap(c client.Client) client.Client {
+	return interceptor.NewClient(withWatch{c}, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*infrav1.ContainerMachineList); ok {
+				w.mu.Lock()
+				w.lists++
+				w.mu.Unlock()
+			}
+			return c.List(ctx, list, opts...)
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			w.add("create")
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			w.add("update")
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			w.add("patch")
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			w.mu.Lock()
+			hook := w.onApply
+			w.mu.Unlock()
+			if hook != nil {
+				if err := hook(); err != nil {
+					return err
+				}
+			}
+			w.add("apply")
+			return c.Apply(ctx, obj, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			w.add("delete")
+			return c.Delete(ctx, obj, opts...)
+		},
+		DeleteAllOf: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteAllOfOption) error {
+			w.add("deleteAllOf")
+			return c.DeleteAllOf(ctx, obj, opts...)
+		},
+		SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+			w.add(sub + "/create")
+			return c.SubResource(sub).Create(ctx, obj, subObj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			w.add(sub + "/update")
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			w.add(sub + "/patch")
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+		SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+			w.add(sub + "/apply")
+			return c.SubResource(sub).Apply(ctx, obj, opts...)
+		},
+	})
+}
+
+// stack is one running controller manager with every controller the pool
+// flow needs.
+type stack struct {
+	writes *writes
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:  env.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Client:  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}}},
+	})
+	if err != nil {
+		t.Fatalf("failed to create a manager: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &stack{writes: &writes{counts: map[string]int{}}, cancel: cancel, done: make(chan error, 1)}
+	clusterCache, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
+		SecretClient: mgr.GetClient(),
+		Client:       clustercache.ClientOptions{UserAgent: "capct-test", Cache: clustercache.ClientCacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}}},
+	}, controller.Options{MaxConcurrentReconciles: 5, SkipNameValidation: ptr.To(true)})
+	if err != nil {
+		t.Fatalf("failed to set up the ClusterCache: %v", err)
+	}
+	options := controller.Options{MaxConcurrentReconciles: 10, SkipNameValidation: ptr.To(true)}
+	setups := []func() error{
+		func() error {
+			return (&capicontrollers.ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: clusterCache, RemoteConnectionGracePeriod: time.Minute}).SetupWithManager(ctx, mgr, options)
+		},
+		func() error {
+			return (&capicontrollers.MachineReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: clusterCache, RemoteConditionsGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, options)
+		},
+		func() error {
+			return (&capicontrollers.MachinePoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: clusterCache}).SetupWithManager(ctx, mgr, options)
+		},
+		func() error {
+			return (&containercluster.Reconciler{Client: mgr.GetClient(), Runtime: rt}).SetupWithManager(ctx, mgr, options)
+		},
+		func() error {
+			// The envtest API server plays the workload cluster.
+			workload := func(context.Context, client.ObjectKey) (client.Client, error) { return env.Client, nil }
+			return (&containermachine.Reconciler{Client: mgr.GetClient(), Runtime: rt, ClusterCache: clusterCache, WorkloadClient: workload}).SetupWithManager(ctx, mgr, options)
+		},
+		func() error {
+			return (&containermachinepool.Reconciler{Client: s.writes.wrap(mgr.GetClient()), APIReader: mgr.GetAPIReader(), Runtime: rt}).SetupWithManager(ctx, mgr, options)
+		},
+	}
+	for _, setup := range setups {
+		if err := setup(); err != nil {
+			cancel()
+			t.Fatalf("failed to set up a controller: %v", err)
+		}
+	}
+	go func() { s.done <- mgr.Start(ctx) }()
+	t.Cleanup(s.stop)
+	return s
+}
+
+// stop stops the manager and waits for it, as a crash would stop it (no
+// cleanup runs in between).
+func (s *stack) stop() {
+	s.cancel()
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+	}
+}
+
+// fixture is a Cluster with one MachinePool backed by a ContainerMachinePool.
+type fixture struct {
+	t       *testing.T
+	ns      string
+	cluster *clusterv1.Cluster
+	pool    *expinfrav1.ContainerMachinePool
+	mp      *clusterv1.MachinePool
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newFixture(t *testing.T, replicas int32, strategy expinfrav1.RollingUpdate) *fixture {
+	t.Helper()
+	ctx := ctxT(t)
+	c := env.Client
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "mp-"}}
+	must(t, c.Create(ctx, ns))
+	f := &fixture{t: t, ns: ns.Name}
+	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "c1"}}
+	must(t, c.Create(ctx, cc))
+	f.cluster = &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "c1"},
+		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: infrav1.GroupVersion.Group, Kind: "ContainerCluster", Name: cc.Name,
+		}},
+	}
+	must(t, c.Create(ctx, f.cluster))
+	must(t, c.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "c1-kubeconfig", Labels: map[string]string{clusterv1.ClusterNameLabel: "c1"}},
+		Data:       map[string][]byte{"value": kubeconfig.FromEnvTestConfig(env.Config, f.cluster)},
+	}))
+	must(t, c.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "bootstrap", Labels: map[string]string{clusterv1.ClusterNameLabel: "c1"}},
+		Data:       map[string][]byte{"value": []byte(bootstrapData), "format": []byte("cloud-config")},
+	}))
+	f.pool = &expinfrav1.ContainerMachinePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "pool"},
+		Spec:       expinfrav1.ContainerMachinePoolSpec{Strategy: strategy},
+	}
+	must(t, c.Create(ctx, f.pool))
+	f.mp = &clusterv1.MachinePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "workers", Labels: map[string]string{clusterv1.ClusterNameLabel: "c1"}},
+		Spec: clusterv1.MachinePoolSpec{
+			ClusterName: "c1",
+			Replicas:    ptr.To(replicas),
+			Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{
+				ClusterName: "c1",
+				Version:     k8sVersion,
+				Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr.To("bootstrap")},
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+					APIGroup: expinfrav1.GroupVersion.Group, Kind: "ContainerMachinePool", Name: f.pool.Name,
+				},
+			}},
+		},
+	}
+	must(t, c.Create(ctx, f.mp))
+	return f
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually polls cond until it returns nil or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+}
+
+func (f *fixture) labels() client.MatchingLabels {
+	return client.MatchingLabels{clusterv1.ClusterNameLabel: "c1", clusterv1.MachinePoolNameLabel: format.MustFormatValue(f.mp.Name)}
+}
+
+// state is what exists for the pool.
+type state struct {
+	cms        []infrav1.ContainerMachine
+	machines   []clusterv1.Machine
+	containers []container.Machine
+	pool       *expinfrav1.ContainerMachinePool
+}
+
+func (f *fixture) state() state {
+	f.t.Helper()
+	ctx := ctxT(f.t)
+	var s state
+	cms := &infrav1.ContainerMachineList{}
+	must(f.t, env.Client.List(ctx, cms, client.InNamespace(f.ns), f.labels()))
+	s.cms = cms.Items
+	machines := &clusterv1.MachineList{}
+	must(f.t, env.Client.List(ctx, machines, client.InNamespace(f.ns), f.labels()))
+	s.machines = machines.Items
+	all, err := rt.List(ctx, map[string]string{container.LabelPool: format.MustFormatValue(f.mp.Name), container.LabelNamespace: f.ns})
+	must(f.t, err)
+	s.containers = all
+	s.pool = &expinfrav1.ContainerMachinePool{}
+	must(f.t, env.Client.Get(ctx, client.ObjectKeyFromObject(f.pool), s.pool))
+	return s
+}
+
+func names[T any](items []T, name func(T) string) []string {
+	out := make([]string, 0, len(items))
+	for _, i := range items {
+		out = append(out, name(i))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func cmNames(s state) []string {
+	return names(s.cms, func(c infrav1.ContainerMachine) string { return c.Name })
+}
+
+// settled checks that the pool has exactly n machines, each with its Machine
+// and its running container, all provisioned, and that the pool's contract
+// fields say so.
+func (f *fixture) settled(n int) func() error {
+	return func() error {
+		s := f.state()
+		if len(s.cms) != n || len(s.machines) != n || len(s.containers) != n {
+			return fmt.Errorf("want %d of each, got %d ContainerMachines, %d Machines, %d containers", n, len(s.cms), len(s.machines), len(s.containers))
+		}
+		var ids []string
+		for _, cm := range s.cms {
+			if !ptr.Deref(cm.Status.Initialization.Provisioned, false) {
+				return fmt.Errorf("ContainerMachine %s is not provisioned", cm.Name)
+			}
+			ids = append(ids, cm.Spec.ProviderID)
+		}
+		if mnames := names(s.machines, func(m clusterv1.Machine) string { return m.Name }); fmt.Sprint(mnames) != fmt.Sprint(cmNames(s)) {
+			return fmt.Errorf("Machines %v do not match ContainerMachines %v", mnames, cmNames(s))
+		}
+		sort.Strings(ids)
+		if fmt.Sprint(s.pool.Spec.ProviderIDList) != fmt.Sprint(ids) {
+			return fmt.Errorf("providerIDList %v, want %v", s.pool.Spec.ProviderIDList, ids)
+		}
+		if !sort.StringsAreSorted(s.pool.Spec.ProviderIDList) {
+			return fmt.Errorf("providerIDList %v is not sorted", s.pool.Spec.ProviderIDList)
+		}
+		if int(s.pool.Status.Replicas) != n || !s.pool.Status.Ready || !ptr.Deref(s.pool.Status.Initialization.Provisioned, false) || len(s.pool.Status.Instances) != n {
+			return fmt.Errorf("pool status: replicas %d ready %v provisioned %v instances %d", s.pool.Status.Replicas, s.pool.Status.Ready,
+				ptr.Deref(s.pool.Status.Initialization.Provisioned, false), len(s.pool.Status.Instances))
+		}
+		if s.pool.Status.InfrastructureMachineKind != "ContainerMachine" {
+			return fmt.Errorf("infrastructureMachineKind %q", s.pool.Status.InfrastructureMachineKind)
+		}
+		return nil
+	}
+}
+
+func (f *fixture) scale(n int32) {
+	f.t.Helper()
+	ctx := ctxT(f.t)
+	mp := &clusterv1.MachinePool{}
+	must(f.t, env.Client.Get(ctx, client.ObjectKeyFromObject(f.mp), mp))
+	before := mp.DeepCopy()
+	mp.Spec.Replicas = ptr.To(n)
+	must(f.t, env.Client.Patch(ctx, mp, client.MergeFrom(before)))
+}
