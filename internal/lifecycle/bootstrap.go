@@ -154,13 +154,16 @@ type executor struct {
 	steps     []provisioning.Step
 }
 
-// waitForBoot waits for the node's init system to finish starting services
+// prepare waits for the node's init system to finish starting services
 // (containerd among them), so that kubeadm does not run before its runtime
-// is up (CAPI#2223). Images without systemd go straight on.
-var waitForBoot = []string{"/bin/sh", "-c", "if command -v systemctl >/dev/null 2>&1; then systemctl is-system-running --wait >/dev/null 2>&1 || true; fi"}
+// is up (CAPI#2223); images without systemd go straight on. It also makes
+// the sentinel's folder: /run is a fresh tmpfs in a node container, where
+// cloud-init would have made it.
+var prepare = []string{"/bin/sh", "-c", "mkdir -p /run/cluster-api; " +
+	"if command -v systemctl >/dev/null 2>&1; then systemctl is-system-running --wait >/dev/null 2>&1 || true; fi"}
 
 func (e *executor) run(ctx context.Context) error {
-	if err := e.exec(ctx, "wait for boot", waitForBoot, nil); err != nil {
+	if err := e.exec(ctx, "prepare for bootstrap", prepare, nil); err != nil {
 		return err
 	}
 	if len(e.preload) > 0 {

@@ -24,6 +24,7 @@ import (
 	dcontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -526,6 +527,11 @@ func (r *Runtime) WriteFile(ctx context.Context, name, p string, content []byte,
 		return container.NewError(op, "container", name, container.KindInvalid, errors.New("path must be absolute and name a file"))
 	}
 	p = path.Clean(p)
+	if onTmpfs, err := r.onTmpfs(ctx, name, p); err != nil {
+		return wrap(op, "container", name, err)
+	} else if onTmpfs {
+		return r.writeFileByExec(ctx, op, name, p, content, mode)
+	}
 	// Find the missing parents so existing directories keep their modes.
 	var missing []string
 	for dir := path.Dir(p); dir != "/"; dir = path.Dir(dir) {
@@ -561,6 +567,11 @@ func (r *Runtime) WriteFile(ctx context.Context, name, p string, content []byte,
 // ReadFile implements container.Runtime.
 func (r *Runtime) ReadFile(ctx context.Context, name, p string) ([]byte, error) {
 	op := "read " + strconv.Quote(p) + " in"
+	if onTmpfs, err := r.onTmpfs(ctx, name, path.Clean(p)); err != nil {
+		return nil, wrap(op, "container", name, err)
+	} else if onTmpfs {
+		return r.readFileByExec(ctx, op, name, path.Clean(p))
+	}
 	rc, _, err := r.cli.CopyFromContainer(ctx, name, p)
 	if err != nil {
 		return nil, wrap(op, "container", name, err)
@@ -709,4 +720,66 @@ func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (
 		}
 	}()
 	return out, nil
+}
+
+// onTmpfs reports whether p lies on one of the container's tmpfs mounts
+// (a node's /run and /tmp). The engine's archive API reads and writes the
+// container's root file system underneath such mounts, where the container
+// does not see them, so files there go through exec instead.
+func (r *Runtime) onTmpfs(ctx context.Context, name, p string) (bool, error) {
+	info, err := r.cli.ContainerInspect(ctx, name)
+	if err != nil {
+		return false, err
+	}
+	under := func(mount string) bool {
+		mount = path.Clean(mount)
+		return p == mount || strings.HasPrefix(p, strings.TrimSuffix(mount, "/")+"/")
+	}
+	if info.HostConfig != nil {
+		for mount := range info.HostConfig.Tmpfs {
+			if under(mount) {
+				return true, nil
+			}
+		}
+	}
+	for _, m := range info.Mounts {
+		if m.Type == mount.TypeTmpfs && under(m.Destination) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// writeFileByExec writes a file with the container's own shell. The path
+// and mode are passed as arguments, never spliced into the script.
+func (r *Runtime) writeFileByExec(ctx context.Context, op, name, p string, content []byte, mode os.FileMode) error {
+	res, err := r.Exec(ctx, name, container.ExecInput{
+		Cmd:   []string{"sh", "-c", `mkdir -p "$(dirname "$1")" && cat > "$1" && chmod "$2" "$1"`, "sh", p, strconv.FormatUint(uint64(mode.Perm()), 8)},
+		Stdin: bytes.NewReader(content),
+	})
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return container.NewError(op, "container", name, container.KindUnknown,
+			fmt.Errorf("exit code %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr))))
+	}
+	return nil
+}
+
+// readFileByExec reads a file with the container's own cat.
+func (r *Runtime) readFileByExec(ctx context.Context, op, name, p string) ([]byte, error) {
+	res, err := r.Exec(ctx, name, container.ExecInput{Cmd: []string{"cat", "--", p}})
+	if err != nil {
+		return nil, err
+	}
+	if res.ExitCode != 0 {
+		kind := container.KindUnknown
+		if strings.Contains(string(res.Stderr), "No such file") {
+			kind = container.KindNotFound
+		}
+		return nil, container.NewError(op, "container", name, kind,
+			fmt.Errorf("exit code %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr))))
+	}
+	return res.Stdout, nil
 }

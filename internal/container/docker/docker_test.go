@@ -383,3 +383,39 @@ func TestImagesSaveLoadExistsAndPreload(t *testing.T) {
 		t.Fatalf("preload into a node without ctr: %v", err)
 	}
 }
+
+// TestFilesOnTmpfsAreVisibleInside writes and reads files under a node's
+// tmpfs /run, where the engine's archive API would miss them: bootstrap
+// data writes /run/kubeadm/kubeadm.yaml and the sentinel lives in /run.
+func TestFilesOnTmpfsAreVisibleInside(t *testing.T) {
+	rt := newRuntime(t)
+	e := runtimetest.NewEnv(t, rt, testImage(t, rt), container.IPv4)
+	s := e.Spec("tmpfs")
+	s.KindNode = true
+	ctx := runtimetest.Ctx(t)
+	if _, err := rt.CreateMachine(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(ctx, s.Name); err != nil {
+		t.Fatal(err)
+	}
+	const p = "/run/kubeadm/kubeadm.yaml"
+	if _, err := rt.ReadFile(ctx, s.Name, p); !container.IsNotFound(err) {
+		t.Fatalf("want NotFound before the write, got %v", err)
+	}
+	want := []byte("kind: InitConfiguration\n")
+	if err := rt.WriteFile(ctx, s.Name, p, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := rt.Exec(ctx, s.Name, container.ExecInput{Cmd: []string{"sh", "-c", "cat " + p + " && ls -l " + p}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("the container does not see %s: %v %d %s", p, err, res.ExitCode, res.Stderr)
+	}
+	if !strings.HasPrefix(string(res.Stdout), string(want)) || !strings.Contains(string(res.Stdout), "-rw-------") {
+		t.Fatalf("unexpected content or mode inside the container: %q", res.Stdout)
+	}
+	got, err := rt.ReadFile(ctx, s.Name, p)
+	if err != nil || string(got) != string(want) {
+		t.Fatalf("ReadFile = %q, %v; want %q", got, err, want)
+	}
+}

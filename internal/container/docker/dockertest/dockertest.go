@@ -1,0 +1,100 @@
+// Package dockertest builds the small image that CAPCT's Docker tests run:
+// Debian's static busybox on an empty root, imported through the Docker API.
+// No registry is reachable on CAPCT's build machines, so test images are
+// made from what the machine has. It lives beside the Docker backend because
+// that is the only place the Docker client may be imported.
+package dockertest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/docker/docker/api/types/image"
+
+	"github.com/capct/cluster-api-provider-container/internal/container/docker"
+)
+
+// BusyboxPath is where Debian's busybox-static package installs busybox.
+const BusyboxPath = "/bin/busybox"
+
+// applets are the commands the image links to busybox.
+var applets = []string{"sh", "cat", "sleep", "ip", "echo", "true", "false", "test", "[", "mkdir", "ls",
+	"head", "dd", "env", "id", "kill", "wc", "sha256sum", "hostname", "ps", "ping", "nc", "chown", "chmod", "rm"}
+
+// LoopCmd keeps a busybox container running and lets it stop at once on
+// SIGTERM; it is the image's default command, as a node image runs systemd.
+var LoopCmd = []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"}
+
+var (
+	once     sync.Once
+	imageRef string
+	imageErr error
+)
+
+// BusyboxImage returns the reference of the test image, importing it into
+// the engine the first time. The tag is a hash of the busybox binary and the
+// image's settings, so a changed input makes a new image.
+func BusyboxImage(ctx context.Context, rt *docker.Runtime) (string, error) {
+	once.Do(func() { imageRef, imageErr = build(ctx, rt) })
+	return imageRef, imageErr
+}
+
+func build(ctx context.Context, rt *docker.Runtime) (string, error) {
+	bb, err := os.ReadFile(BusyboxPath)
+	if err != nil {
+		return "", fmt.Errorf("the tests need Debian's static busybox at %s (apt-get install busybox-static): %w", BusyboxPath, err)
+	}
+	cmd := fmt.Sprintf("CMD [%q, %q, %q]", LoopCmd[0], LoopCmd[1], LoopCmd[2])
+	h := sha256.New()
+	h.Write(bb)
+	h.Write([]byte(strings.Join(applets, " ") + cmd))
+	ref := "capct-test/busybox:" + hex.EncodeToString(h.Sum(nil)[:6])
+	cli := rt.Client()
+	if _, err := cli.ImageInspect(ctx, ref); err == nil {
+		return ref, nil
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, d := range []string{"bin", "tmp", "etc", "var", "proc", "sys", "dev", "run", "root"} {
+		mode := int64(0o755)
+		if d == "tmp" {
+			mode = 0o1777
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: mode}); err != nil {
+			return "", err
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "bin/busybox", Mode: 0o755, Size: int64(len(bb))}); err != nil {
+		return "", err
+	}
+	if _, err := tw.Write(bb); err != nil {
+		return "", err
+	}
+	for _, a := range applets {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + a, Linkname: "busybox"}); err != nil {
+			return "", err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: &buf, SourceName: "-"}, ref, image.ImportOptions{
+		Changes: []string{`ENV PATH=/bin`, cmd, `LABEL io.x-k8s.capct.test=busybox`},
+	})
+	if err != nil {
+		return "", fmt.Errorf("failed to import test image %s: %w", ref, err)
+	}
+	defer func() { _ = rc.Close() }()
+	if _, err := io.ReadAll(rc); err != nil {
+		return "", fmt.Errorf("failed to import test image %s: %w", ref, err)
+	}
+	return ref, nil
+}

@@ -1,0 +1,249 @@
+package containercluster_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/container/docker"
+	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
+	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
+	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
+	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+	"github.com/capct/cluster-api-provider-container/internal/test/capi"
+	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
+)
+
+// This suite runs CAPCT's controllers against a real Docker engine and a
+// real API server, with Cluster API's Cluster and Machine controllers in
+// the same process. Machines use a small busybox image, so bootstrap data
+// runs for real but no kubelet starts; the node-image tests boot kubelets.
+var (
+	env       *envtest.Environment
+	rt        *docker.Runtime
+	nodeImage string
+	lbImage   string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctrl.SetLogger(klog.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var err error
+	if rt, err = docker.New(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		return 1
+	}
+	if nodeImage, err = dockertest.BusyboxImage(ctx, rt); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		return 1
+	}
+	if lbImage, err = buildLBImage(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		return 1
+	}
+	if env, err = envtest.New(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	// Stop the controllers before the API server, so that they do not spend
+	// the shutdown retrying against it.
+	mgrCtx, stopManager := context.WithCancel(ctx)
+	defer stopManager()
+	ctx = mgrCtx
+	clusterCache, err := capi.SetupCore(ctx, env.Manager)
+	if err == nil {
+		err = (&containercluster.Reconciler{Client: env.Manager.GetClient(), Runtime: rt}).SetupWithManager(ctx, env.Manager, capi.Options())
+	}
+	if err == nil {
+		err = (&containermachine.Reconciler{Client: env.Manager.GetClient(), Runtime: rt, ClusterCache: clusterCache}).SetupWithManager(ctx, env.Manager, capi.Options())
+	}
+	if err == nil {
+		err = env.Start(ctx)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		return 1
+	}
+	code := m.Run()
+	stopManager()
+	sweep()
+	return code
+}
+
+// testClusters are the clusters the tests made, for the final sweep.
+var testClusters []string
+
+// sweep removes whatever the tests' clusters left on the engine, once the
+// controllers are stopped and cannot make it again.
+func sweep() {
+	ctx := context.Background()
+	for _, name := range testClusters {
+		all, err := rt.List(ctx, map[string]string{container.LabelCluster: name})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "failed to list the containers of test cluster %s: %v\n", name, err)
+		}
+		for _, c := range all {
+			_ = rt.Delete(ctx, c.Name)
+		}
+		_ = rt.DeleteNetwork(ctx, "capct-"+name)
+	}
+}
+
+// buildLBImage builds capct/haproxy with the project's own script (cached),
+// since no registry is reachable to pull one.
+func buildLBImage() (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "..", "hack", "node-image", "build-node-image.sh")
+	cmd := exec.Command(script, "lb")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("failed to build the load balancer image with %s: %w", script, err)
+	}
+	lines := strings.Fields(string(out))
+	if len(lines) == 0 {
+		return "", fmt.Errorf("%s printed no image name", script)
+	}
+	return lines[len(lines)-1], nil
+}
+
+const bootstrapData = `#cloud-config
+write_files:
+- path: /etc/capct/greeting
+  content: aGVsbG8gZnJvbSBjbG91ZC1jb25maWc=
+  encoding: b64
+  permissions: "0600"
+runcmd:
+- echo "{{ ds.meta_data.hostname }}" > /etc/capct/hostname
+- [ sh, -c, "echo success > /run/cluster-api/bootstrap-success.complete" ]
+`
+
+// TestControlPlaneMachineOnDocker creates a cluster and a control-plane
+// machine on the real engine: the machine's cloud-config runs inside its
+// container, the machine becomes an HAProxy backend, and the load balancer
+// answers on its published port. Deleting them leaves nothing behind.
+func TestControlPlaneMachineOnDocker(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	name := "capct-it-" + rand.String(5)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "docker-"}}
+	g.Expect(env.Client.Create(ctx, ns)).To(Succeed())
+
+	testClusters = append(testClusters, name)
+
+	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
+		Spec: infrav1.ContainerClusterSpec{LoadBalancer: infrav1.LoadBalancerSpec{Image: lbImage}}}
+	g.Expect(env.Client.Create(ctx, cc)).To(Succeed())
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
+		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: infrav1.GroupVersion.Group, Kind: "ContainerCluster", Name: name}}}
+	g.Expect(env.Client.Create(ctx, cluster)).To(Succeed())
+	clusterUID := string(cluster.UID)
+
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
+		g.Expect(cc.Status.Initialization.Provisioned).To(Equal(ptr.To(true)), "LoadBalancerAvailable: %v", conditions.Get(cc, infrav1.LoadBalancerAvailableCondition))
+		g.Expect(cc.Status.LoadBalancer.HostPort).NotTo(BeZero())
+	}, 60*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	labels := map[string]string{clusterv1.ClusterNameLabel: name, clusterv1.MachineControlPlaneLabel: ""}
+	g.Expect(env.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "cp-0-bootstrap", Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
+		Data:       map[string][]byte{"value": []byte(bootstrapData), "format": []byte("cloud-config")},
+		Type:       clusterv1.ClusterSecretType,
+	})).To(Succeed())
+	cm := &infrav1.ContainerMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "cp-0", Labels: labels},
+		Spec: infrav1.ContainerMachineSpec{Image: nodeImage}}
+	g.Expect(env.Client.Create(ctx, cm)).To(Succeed())
+	machine := &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "cp-0", Labels: labels,
+			Annotations: map[string]string{clusterv1.ExcludeNodeDrainingAnnotation: "", clusterv1.ExcludeWaitForNodeVolumeDetachAnnotation: ""}},
+		Spec: clusterv1.MachineSpec{
+			ClusterName: name, Version: "v1.35.4",
+			Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptr.To("cp-0-bootstrap")},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "ContainerMachine", Name: "cp-0"},
+		},
+	}
+	g.Expect(env.Client.Create(ctx, machine)).To(Succeed())
+
+	containerName := name + "-cp-0"
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
+		g.Expect(cm.Status.Initialization.Provisioned).To(Equal(ptr.To(true)), "Bootstrapped: %v", conditions.Get(cm, infrav1.BootstrappedCondition))
+		g.Expect(cm.Spec.ProviderID).To(Equal("container:///" + containerName))
+	}, 90*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	greeting, err := rt.ReadFile(ctx, containerName, "/etc/capct/greeting")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(greeting)).To(Equal("hello from cloud-config"))
+	hostname, err := rt.ReadFile(ctx, containerName, "/etc/capct/hostname")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(strings.TrimSpace(string(hostname))).To(Equal(containerName))
+	mode, err := rt.Exec(ctx, containerName, container.ExecInput{Cmd: []string{"stat", "-c", "%a", "/etc/capct/greeting"}})
+	if err == nil && mode.ExitCode == 0 {
+		g.Expect(strings.TrimSpace(string(mode.Stdout))).To(Equal("600"))
+	}
+
+	// The machine is an HAProxy backend, and HAProxy answers on the port
+	// published on the host's loopback.
+	lbName := loadbalancer.ContainerName(name)
+	g.Eventually(func(g Gomega) {
+		cfg, err := rt.ReadFile(ctx, lbName, loadbalancer.ConfigPath)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(cfg)).To(MatchRegexp(`server cp-0 [0-9.]+:6443 weight 100`))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	lb, err := rt.Inspect(ctx, lbName)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(lb.State).To(Equal(container.StateRunning), "HAProxy must survive the reload")
+	addr := fmt.Sprintf("127.0.0.1:%d", cc.Status.LoadBalancer.HostPort)
+	g.Eventually(func() error {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err
+	}, 10*time.Second, 200*time.Millisecond).Should(Succeed(), "the load balancer does not answer on %s", addr)
+
+	// Deletion removes the machine's container, then the load balancer and
+	// the network.
+	g.Expect(env.Client.Delete(ctx, machine)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		_, err := rt.Inspect(ctx, containerName)
+		g.Expect(container.IsNotFound(err)).To(BeTrue(), "container still there: %v", err)
+	}, 60*time.Second, 200*time.Millisecond).Should(Succeed())
+	g.Expect(env.Client.Delete(ctx, cluster)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cc), &infrav1.ContainerCluster{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
+		left, err := container.ListOwned(ctx, rt, clusterUID, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(left).To(BeEmpty())
+	}, 60*time.Second, 200*time.Millisecond).Should(Succeed())
+}
