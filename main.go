@@ -20,6 +20,7 @@ import (
 	"k8s.io/component-base/logs"
 	logsv1 "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/feature"
@@ -36,6 +37,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/controllers"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
+	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/webhooks"
 )
 
@@ -266,13 +268,18 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 		return fmt.Errorf("failed to set up the ClusterCache: %w", err)
 	}
 	options := controller.Options{MaxConcurrentReconciles: o.concurrency}
+	// The node IPAM lists ContainerMachines through the API reader, not the
+	// cache: a cache that has not yet seen another machine's fresh
+	// allocation would hand out the same CIDR twice.
+	nodeIPAM := nodeipam.New(mgr.GetClient(), mgr.GetAPIReader(), runtime, clock.RealClock{},
+		mgr.GetEventRecorderFor("containermachine-controller"))
 	if err := (&controllers.ContainerClusterReconciler{
-		Client: mgr.GetClient(), Runtime: runtime, WatchFilterValue: o.watchFilter,
+		Client: mgr.GetClient(), Runtime: runtime, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}
 	if err := (&controllers.ContainerMachineReconciler{
-		Client: mgr.GetClient(), Runtime: runtime, ClusterCache: clusterCache, WatchFilterValue: o.watchFilter,
+		Client: mgr.GetClient(), Runtime: runtime, ClusterCache: clusterCache, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}

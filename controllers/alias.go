@@ -15,6 +15,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
+	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 )
 
 // ContainerClusterReconciler reconciles ContainerClusters.
@@ -26,16 +27,22 @@ type ContainerClusterReconciler struct {
 	// WatchFilterValue limits the controller to objects with this
 	// cluster.x-k8s.io/watch-filter label value.
 	WatchFilterValue string
+	// NodeIPAM is CAPCT's node IPAM; nil turns it off.
+	NodeIPAM *nodeipam.Assigner
 }
 
 // SetupWithManager sets up the reconciler with the manager.
 func (r *ContainerClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
-	return (&containercluster.Reconciler{
+	rec := &containercluster.Reconciler{
 		Client:           r.Client,
 		Runtime:          r.Runtime,
 		Clock:            r.Clock,
 		WatchFilterValue: r.WatchFilterValue,
-	}).SetupWithManager(ctx, mgr, options)
+	}
+	if r.NodeIPAM != nil {
+		rec.Routes = r.NodeIPAM
+	}
+	return rec.SetupWithManager(ctx, mgr, options)
 }
 
 // ContainerMachineReconciler reconciles ContainerMachines, including the
@@ -49,15 +56,21 @@ type ContainerMachineReconciler struct {
 	// WatchFilterValue limits the controller to objects with this
 	// cluster.x-k8s.io/watch-filter label value.
 	WatchFilterValue string
+	// NodeIPAM is CAPCT's node IPAM; nil turns it off.
+	NodeIPAM *nodeipam.Assigner
 }
 
 // SetupWithManager sets up the reconciler with the manager.
 func (r *ContainerMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
-	return (&containermachine.Reconciler{
+	rec := &containermachine.Reconciler{
 		Client:           r.Client,
 		Runtime:          r.Runtime,
 		ClusterCache:     r.ClusterCache,
 		Clock:            r.Clock,
 		WatchFilterValue: r.WatchFilterValue,
-	}).SetupWithManager(ctx, mgr, options)
+	}
+	if r.NodeIPAM != nil {
+		rec.PodCIDRs = r.NodeIPAM
+	}
+	return rec.SetupWithManager(ctx, mgr, options)
 }

@@ -49,6 +49,9 @@ type PodCIDRAssigner interface {
 	// the PodCIDRAllocated condition itself and reports whether the node's
 	// CIDRs are in place.
 	AssignPodCIDRs(ctx context.Context, s *MachineScope, workload client.Client) (done bool, err error)
+	// SyncRoutes reprograms the routes between the cluster's node
+	// containers, for when a node has gone.
+	SyncRoutes(ctx context.Context, cluster *clusterv1.Cluster) error
 }
 
 // MachineScope is what the phases of one reconcile work on.

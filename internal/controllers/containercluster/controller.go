@@ -47,6 +47,13 @@ const (
 	deletionPoll = 2 * time.Second
 )
 
+// RouteSyncer programs the routes between a cluster's node containers.
+type RouteSyncer interface {
+	SyncRoutes(ctx context.Context, cluster *clusterv1.Cluster) error
+	// ForgetCluster drops what is kept in memory for a deleted cluster.
+	ForgetCluster(cluster *clusterv1.Cluster)
+}
+
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containerclusters,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containerclusters/status;containerclusters/finalizers,verbs=get;update;patch
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containermachines,verbs=get;list;watch
@@ -60,6 +67,9 @@ type Reconciler struct {
 	// WatchFilterValue limits the controller to objects with this
 	// cluster.x-k8s.io/watch-filter label value.
 	WatchFilterValue string
+	// Routes keeps the routes between node containers current (CAPCT's node
+	// IPAM); nil turns it off.
+	Routes RouteSyncer
 
 	recorder record.EventRecorder
 	lb       *loadbalancer.LoadBalancer
@@ -181,6 +191,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	if err := r.removeOrphans(ctx, cluster, now); err != nil {
 		return ctrl.Result{}, err
 	}
+	// Routes are programmed as nodes get their pod CIDRs; this periodic pass
+	// repairs any that a deletion or a restarted container lost.
+	if r.Routes != nil {
+		if err := r.Routes.SyncRoutes(ctx, cluster); err != nil {
+			return ctrl.Result{}, fmt.Errorf("failed to sync the routes of Cluster %s: %w", klog.KObj(cluster), err)
+		}
+	}
 	return ctrl.Result{RequeueAfter: orphanCheckInterval}, nil
 }
 
@@ -232,6 +249,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Clu
 	network := lifecycle.NetworkName(cluster, cc)
 	if err := r.Runtime.DeleteNetwork(ctx, network); err != nil && !container.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("failed to delete network %s of ContainerCluster %s: %w", network, klog.KObj(cc), err)
+	}
+	if r.Routes != nil {
+		r.Routes.ForgetCluster(cluster)
 	}
 	controllerutil.RemoveFinalizer(cc, infrav1.ClusterFinalizer)
 	return ctrl.Result{}, nil

@@ -48,7 +48,7 @@ type Reconciler struct {
 	ClusterCache clustercache.ClusterCache
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
-	// PodCIDRs assigns node pod CIDRs; nil turns node IPAM off.
+	// PodCIDRs assigns node pod CIDRs (CAPCT's node IPAM); nil turns it off.
 	PodCIDRs lifecycle.PodCIDRAssigner
 	// WorkloadClient overrides ClusterCache.GetClient, for tests.
 	WorkloadClient lifecycle.WorkloadClientFunc
