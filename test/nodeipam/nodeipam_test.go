@@ -5,21 +5,14 @@
 package nodeipam_test
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/image"
-	dockerclient "github.com/docker/docker/client"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,13 +24,12 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
+	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
 	"github.com/capct/cluster-api-provider-container/internal/container/runtimetest"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 )
-
-var applets = []string{"sh", "ip", "ping", "sleep", "cat", "mkdir", "echo", "true", "false", "test"}
 
 func newRuntime(t *testing.T) *docker.Runtime {
 	t.Helper()
@@ -48,59 +40,10 @@ func newRuntime(t *testing.T) *docker.Runtime {
 	t.Cleanup(func() { _ = rt.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := rt.Client().Ping(ctx); err != nil {
+	if _, err := rt.List(ctx, nil); err != nil {
 		t.Fatalf("Docker engine not reachable (run hack/ensure-docker.sh): %v", err)
 	}
 	return rt
-}
-
-// buildImage imports a busybox image made from the host's static busybox,
-// so the test needs no registry.
-func buildImage(t *testing.T, cli *dockerclient.Client) string {
-	t.Helper()
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		t.Fatalf("the test needs Debian's static busybox at /bin/busybox (apt-get install busybox-static): %v", err)
-	}
-	sum := sha256.Sum256(append(bb, strings.Join(applets, ",")...))
-	ref := "capct-test/nodeipam-busybox:" + hex.EncodeToString(sum[:6])
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := cli.ImageInspect(ctx, ref); err == nil {
-		return ref
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, d := range []string{"bin", "tmp", "etc", "var", "proc", "sys", "dev", "run"} {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "bin/busybox", Mode: 0o755, Size: int64(len(bb))}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tw.Write(bb); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range applets {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + a, Linkname: "busybox"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: &buf, SourceName: "-"}, ref, image.ImportOptions{
-		Changes: []string{`ENV PATH=/bin`, `CMD ["sh"]`, `LABEL io.x-k8s.capct.test=nodeipam`},
-	})
-	if err != nil {
-		t.Fatalf("importing %s: %v", ref, err)
-	}
-	defer func() { _ = rc.Close() }()
-	if _, err := io.ReadAll(rc); err != nil {
-		t.Fatal(err)
-	}
-	return ref
 }
 
 func run(t *testing.T, rt container.Runtime, name string, cmd ...string) (string, int) {
@@ -115,7 +58,10 @@ func run(t *testing.T, rt container.Runtime, name string, cmd ...string) (string
 func TestPodCIDRReachableAcrossNodes(t *testing.T) {
 	ctx := context.Background()
 	rt := newRuntime(t)
-	img := buildImage(t, rt.Client())
+	img, err := dockertest.BusyboxImage(context.Background(), rt)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
