@@ -1,37 +1,23 @@
 package docker_test
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	dcontainer "github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/client"
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
+	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
 	"github.com/capct/cluster-api-provider-container/internal/container/runtimetest"
-)
-
-var applets = []string{"sh", "cat", "sleep", "ip", "echo", "true", "false", "test", "[", "mkdir", "ls",
-	"head", "dd", "env", "id", "kill", "wc", "sha256sum", "hostname", "ps"}
-
-var (
-	imageOnce sync.Once
-	imageRef  string
-	imageErr  error
 )
 
 // newRuntime returns a Runtime on the engine of this machine, failing the test
@@ -54,61 +40,11 @@ func newRuntime(t testing.TB) *docker.Runtime {
 // testImage imports a busybox image built from the host's static busybox.
 func testImage(t testing.TB, rt *docker.Runtime) string {
 	t.Helper()
-	imageOnce.Do(func() { imageRef, imageErr = buildImage(rt.Client()) })
-	if imageErr != nil {
-		t.Fatalf("building the test image: %v", imageErr)
-	}
-	return imageRef
-}
-
-func buildImage(cli *client.Client) (string, error) {
-	bb, err := os.ReadFile("/bin/busybox")
+	ref, err := dockertest.BusyboxImage(context.Background(), rt)
 	if err != nil {
-		return "", fmt.Errorf("the tests need Debian's static busybox at /bin/busybox (apt-get install busybox-static): %w", err)
+		t.Fatalf("building the test image: %v", err)
 	}
-	sum := sha256.Sum256(bb)
-	ref := "capct-test/runtime-busybox:" + hex.EncodeToString(sum[:6])
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := cli.ImageInspect(ctx, ref); err == nil {
-		return ref, nil
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, d := range []string{"bin", "tmp", "etc", "var", "proc", "sys", "dev", "run"} {
-		mode := int64(0o755)
-		if d == "tmp" {
-			mode = 0o1777
-		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: mode}); err != nil {
-			return "", err
-		}
-	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "bin/busybox", Mode: 0o755, Size: int64(len(bb))}); err != nil {
-		return "", err
-	}
-	if _, err := tw.Write(bb); err != nil {
-		return "", err
-	}
-	for _, a := range applets {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + a, Linkname: "busybox"}); err != nil {
-			return "", err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return "", err
-	}
-	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: &buf, SourceName: "-"}, ref, image.ImportOptions{
-		Changes: []string{`ENV PATH=/bin`, `CMD ["sh"]`, `LABEL io.x-k8s.capct.test=runtime`},
-	})
-	if err != nil {
-		return "", fmt.Errorf("importing %s: %w", ref, err)
-	}
-	defer func() { _ = rc.Close() }()
-	if _, err := io.ReadAll(rc); err != nil {
-		return "", err
-	}
-	return ref, nil
+	return ref
 }
 
 func TestSuite(t *testing.T) {
