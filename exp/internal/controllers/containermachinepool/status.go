@@ -82,7 +82,7 @@ func setStatus(pool *expinfrav1.ContainerMachinePool, s summary, now time.Time) 
 }
 
 type readyState struct {
-	ready                          bool
+	ready                         bool
 	active, outdated, provisioned int
 }
 

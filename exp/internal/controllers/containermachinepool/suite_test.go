@@ -282,8 +282,11 @@ func (s *stack) stop() {
 
 // fixture is a Cluster with one MachinePool backed by a ContainerMachinePool.
 type fixture struct {
-	t       *testing.T
-	ns      string
+	t  *testing.T
+	ns string
+	// name is the Cluster's name; unique, since the fake runtime's
+	// networks are named after clusters.
+	name    string
 	cluster *clusterv1.Cluster
 	pool    *expinfrav1.ContainerMachinePool
 	mp      *clusterv1.MachinePool
@@ -301,22 +304,22 @@ func newFixture(t *testing.T, replicas int32, strategy expinfrav1.RollingUpdate)
 	c := env.Client
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "mp-"}}
 	must(t, c.Create(ctx, ns))
-	f := &fixture{t: t, ns: ns.Name}
-	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "c1"}}
+	f := &fixture{t: t, ns: ns.Name, name: ns.Name}
+	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: f.name}}
 	must(t, c.Create(ctx, cc))
 	f.cluster = &clusterv1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "c1"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: f.name},
 		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
 			APIGroup: infrav1.GroupVersion.Group, Kind: "ContainerCluster", Name: cc.Name,
 		}},
 	}
 	must(t, c.Create(ctx, f.cluster))
 	must(t, c.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "c1-kubeconfig", Labels: map[string]string{clusterv1.ClusterNameLabel: "c1"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: f.name + "-kubeconfig", Labels: map[string]string{clusterv1.ClusterNameLabel: f.name}},
 		Data:       map[string][]byte{"value": kubeconfig.FromEnvTestConfig(env.Config, f.cluster)},
 	}))
 	must(t, c.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "bootstrap", Labels: map[string]string{clusterv1.ClusterNameLabel: "c1"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "bootstrap", Labels: map[string]string{clusterv1.ClusterNameLabel: f.name}},
 		Data:       map[string][]byte{"value": []byte(bootstrapData), "format": []byte("cloud-config")},
 	}))
 	f.pool = &expinfrav1.ContainerMachinePool{
@@ -325,12 +328,12 @@ func newFixture(t *testing.T, replicas int32, strategy expinfrav1.RollingUpdate)
 	}
 	must(t, c.Create(ctx, f.pool))
 	f.mp = &clusterv1.MachinePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "workers", Labels: map[string]string{clusterv1.ClusterNameLabel: "c1"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "workers", Labels: map[string]string{clusterv1.ClusterNameLabel: f.name}},
 		Spec: clusterv1.MachinePoolSpec{
-			ClusterName: "c1",
+			ClusterName: f.name,
 			Replicas:    ptr.To(replicas),
 			Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{
-				ClusterName: "c1",
+				ClusterName: f.name,
 				Version:     k8sVersion,
 				Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr.To("bootstrap")},
 				InfrastructureRef: clusterv1.ContractVersionedObjectReference{
@@ -365,7 +368,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() er
 }
 
 func (f *fixture) labels() client.MatchingLabels {
-	return client.MatchingLabels{clusterv1.ClusterNameLabel: "c1", clusterv1.MachinePoolNameLabel: format.MustFormatValue(f.mp.Name)}
+	return client.MatchingLabels{clusterv1.ClusterNameLabel: f.name, clusterv1.MachinePoolNameLabel: format.MustFormatValue(f.mp.Name)}
 }
 
 // state is what exists for the pool.
