@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -480,6 +481,8 @@ func TestLivenessTimeouts(t *testing.T) {
 				setCondition(cm, e.clock.Now(), infrav1.RegisteredCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
 			}
 			e.clock.Step(tc.step)
+			phase := map[string]string{infrav1.RegisteredCondition: "registration", infrav1.InitializedCondition: "initialization"}[tc.wantType]
+			terminations := testutil.ToFloat64(livenessTerminations.WithLabelValues(phase))
 			res, err := (&Liveness{e.deps}).Reconcile(context.Background(), s)
 			if err != nil {
 				t.Fatal(err)
@@ -491,6 +494,9 @@ func TestLivenessTimeouts(t *testing.T) {
 				return
 			}
 			wantCondition(t, s, tc.wantType, metav1.ConditionFalse, infrav1.TimedOutReason)
+			if got := testutil.ToFloat64(livenessTerminations.WithLabelValues(phase)); got != terminations+1 {
+				t.Fatalf("want the %s termination counter to grow by one, it went from %v to %v", phase, terminations, got)
+			}
 			SetReadyCondition(cm, e.clock.Now())
 			wantCondition(t, s, infrav1.ReadyCondition, metav1.ConditionFalse, infrav1.TimedOutReason)
 			select {

@@ -35,10 +35,10 @@ import (
 )
 
 const (
-	// OrphanGracePeriod is how long a container may exist without its
-	// ContainerMachine before it is removed. It covers the window in which
-	// a cache has not yet seen a new ContainerMachine.
-	OrphanGracePeriod = time.Minute
+	// DefaultOrphanGracePeriod is how long a container may exist without
+	// its ContainerMachine before it is removed. It covers the window in
+	// which a cache has not yet seen a new ContainerMachine.
+	DefaultOrphanGracePeriod = time.Minute
 	// orphanCheckInterval is how often a provisioned cluster looks for
 	// orphans.
 	orphanCheckInterval = 2 * time.Minute
@@ -70,6 +70,8 @@ type Reconciler struct {
 	// Routes keeps the routes between node containers current (CAPCT's node
 	// IPAM); nil turns it off.
 	Routes RouteSyncer
+	// OrphanGracePeriod defaults to DefaultOrphanGracePeriod.
+	OrphanGracePeriod time.Duration
 
 	recorder record.EventRecorder
 	lb       *loadbalancer.LoadBalancer
@@ -79,6 +81,9 @@ type Reconciler struct {
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
+	}
+	if r.OrphanGracePeriod == 0 {
+		r.OrphanGracePeriod = DefaultOrphanGracePeriod
 	}
 	r.recorder = mgr.GetEventRecorderFor("containercluster-controller")
 	r.lb = &loadbalancer.LoadBalancer{Client: r.Client, Runtime: r.Runtime}
@@ -210,7 +215,7 @@ func (r *Reconciler) removeOrphans(ctx context.Context, cluster *clusterv1.Clust
 		return fmt.Errorf("failed to list the containers of Cluster %s: %w", klog.KObj(cluster), err)
 	}
 	for _, c := range containers {
-		if !container.Role(c.Labels[container.LabelRole]).IsNode() || now.Sub(c.Created) < OrphanGracePeriod {
+		if !container.Role(c.Labels[container.LabelRole]).IsNode() || now.Sub(c.Created) < r.OrphanGracePeriod {
 			continue
 		}
 		key := client.ObjectKey{Namespace: c.Labels[container.LabelNamespace], Name: c.Labels[container.LabelMachine]}

@@ -79,7 +79,7 @@ func run(m *testing.M) int {
 	ctx = mgrCtx
 	clusterCache, err := capi.SetupCore(ctx, env.Manager)
 	if err == nil {
-		err = (&containercluster.Reconciler{Client: env.Manager.GetClient(), Runtime: rt}).SetupWithManager(ctx, env.Manager, capi.Options())
+		err = (&containercluster.Reconciler{Client: env.Manager.GetClient(), Runtime: rt, OrphanGracePeriod: time.Nanosecond}).SetupWithManager(ctx, env.Manager, capi.Options())
 	}
 	if err == nil {
 		err = (&containermachine.Reconciler{Client: env.Manager.GetClient(), Runtime: rt, ClusterCache: clusterCache}).SetupWithManager(ctx, env.Manager, capi.Options())
@@ -246,4 +246,61 @@ func TestControlPlaneMachineOnDocker(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(left).To(BeEmpty())
 	}, 60*time.Second, 200*time.Millisecond).Should(Succeed())
+}
+
+// TestOrphansAreRemovedAndNothingElse leaves a container of the cluster
+// whose ContainerMachine does not exist, and a same-labelled container of
+// another cluster UID, and expects only the first to be removed.
+func TestOrphansAreRemovedAndNothingElse(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	name := "capct-it-" + rand.String(5)
+	testClusters = append(testClusters, name)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "orphans-"}}
+	g.Expect(env.Client.Create(ctx, ns)).To(Succeed())
+	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
+		Spec: infrav1.ContainerClusterSpec{LoadBalancer: infrav1.LoadBalancerSpec{Image: lbImage}}}
+	g.Expect(env.Client.Create(ctx, cc)).To(Succeed())
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
+		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: infrav1.GroupVersion.Group, Kind: "ContainerCluster", Name: name}}}
+	g.Expect(env.Client.Create(ctx, cluster)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
+		g.Expect(cc.Status.Initialization.Provisioned).To(Equal(ptr.To(true)))
+	}, 60*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	start := func(machine, uid string) string {
+		labels := container.OwnerLabels(name, uid, machine, string(container.RoleWorker))
+		labels[container.LabelNamespace] = ns.Name
+		spec := container.MachineSpec{Name: name + "-" + machine, Image: nodeImage, Network: "capct-" + name,
+			Labels: labels, Role: container.RoleWorker, Privileged: ptr.To(false), Cmd: dockertest.LoopCmd}
+		_, err := rt.CreateMachine(ctx, spec)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(rt.Start(ctx, spec.Name)).To(Succeed())
+		return spec.Name
+	}
+	orphan := start("ghost", string(cluster.UID))
+	foreign := start("stranger", "another-cluster-uid")
+	t.Cleanup(func() { _ = rt.Delete(context.Background(), foreign) })
+
+	// Any change to the ContainerCluster brings a reconcile, and with it
+	// the orphan sweep.
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
+	cc.Annotations = map[string]string{"test": "sweep"}
+	g.Expect(env.Client.Update(ctx, cc)).To(Succeed())
+	g.Eventually(func() bool {
+		_, err := rt.Inspect(ctx, orphan)
+		return container.IsNotFound(err)
+	}, 30*time.Second, 200*time.Millisecond).Should(BeTrue(), "the orphan was not removed")
+	_, err := rt.Inspect(ctx, foreign)
+	g.Expect(err).NotTo(HaveOccurred(), "a container of another cluster was touched")
+
+	// The stranger sits on this cluster's network; while it is attached the
+	// network cannot go, and CAPCT never deletes what is not its own.
+	g.Expect(rt.Delete(ctx, foreign)).To(Succeed())
+	g.Expect(env.Client.Delete(ctx, cluster)).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), &infrav1.ContainerCluster{}))
+	}, 60*time.Second, 200*time.Millisecond).Should(BeTrue())
 }
