@@ -35,6 +35,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/controllers"
+	expcontrollers "github.com/capct/cluster-api-provider-container/exp/controllers"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
@@ -282,6 +283,16 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 		Client: mgr.GetClient(), Runtime: runtime, ClusterCache: clusterCache, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
+	}
+	if feature.Gates.Enabled(feature.MachinePool) {
+		// The pool controller reads through the API reader right before it
+		// creates or deletes machines, so a stale cache or a restart never
+		// makes it do either twice.
+		if err := (&expcontrollers.ContainerMachinePoolReconciler{
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: runtime, WatchFilterValue: o.watchFilter,
+		}).SetupWithManager(ctx, mgr, options); err != nil {
+			return err
+		}
 	}
 	return nil
 }
