@@ -35,8 +35,8 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/controllers"
-	expcontrollers "github.com/capct/cluster-api-provider-container/exp/controllers"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+	expcontrollers "github.com/capct/cluster-api-provider-container/exp/controllers"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/webhooks"
