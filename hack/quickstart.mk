@@ -1,0 +1,32 @@
+# `make quickstart` and its pieces (included by the Makefile). See docs/quickstart.md.
+
+QUICKSTART_VERSION ?= v0.1.0
+MANAGER_IMAGE ?= docker.io/capct/manager:$(QUICKSTART_VERSION)
+
+.PHONY: docker-build
+docker-build: ## Build CAPCT's manager image MANAGER_IMAGE (default docker.io/capct/manager:v0.1.0) FROM scratch
+	hack/ensure-docker.sh
+	CGO_ENABLED=0 go build -trimpath -o bin/manager .
+	tar -c Dockerfile bin/manager | DOCKER_BUILDKIT=0 docker build -q -t $(MANAGER_IMAGE) - >/dev/null
+	@echo "built $(MANAGER_IMAGE)"
+
+.PHONY: quickstart-capi-images
+quickstart-capi-images: ## Build Cluster API's controller images and clusterctl from hack/tools/capi (cached)
+	hack/quickstart/build-capi-images.sh
+
+.PHONY: quickstart-repositories
+quickstart-repositories: ## Lay out clusterctl's local repositories and clusterctl.yaml under out/quickstart
+	$(MAKE) release-manifests VERSION=$(QUICKSTART_VERSION)
+	hack/quickstart/capi-repository.sh
+
+.PHONY: quickstart-mgmt-up
+quickstart-mgmt-up: ## Boot the management cluster (one capct/node container) and load the controller images
+	hack/quickstart/mgmt-cluster.sh up
+
+.PHONY: quickstart-mgmt-down
+quickstart-mgmt-down: ## Remove the management cluster's container, network and volume
+	hack/quickstart/mgmt-cluster.sh down
+
+.PHONY: quickstart-cert-manager
+quickstart-cert-manager: ## Build cert-manager's three binaries and images from hack/tools/certmanager, and its manifest
+	hack/quickstart/build-cert-manager.sh
