@@ -19,7 +19,6 @@ import (
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	capicontrollers "sigs.k8s.io/cluster-api/controllers"
-	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	"sigs.k8s.io/cluster-api/util/labels/format"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -35,6 +34,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
+	"github.com/capct/cluster-api-provider-container/internal/test/capi"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 )
 
@@ -229,21 +229,14 @@ func startStack(t *testing.T) *stack {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &stack{writes: &writes{counts: map[string]int{}}, cancel: cancel, done: make(chan error, 1)}
-	clusterCache, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
-		SecretClient: mgr.GetClient(),
-		Client:       clustercache.ClientOptions{UserAgent: "capct-test", Cache: clustercache.ClientCacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}}},
-	}, controller.Options{MaxConcurrentReconciles: 5, SkipNameValidation: ptr.To(true)})
+	// Cluster API's Cluster and Machine controllers, with the Node index its
+	// MachinePool controller needs to match Nodes.
+	clusterCache, err := capi.SetupCore(ctx, mgr)
 	if err != nil {
-		t.Fatalf("failed to set up the ClusterCache: %v", err)
+		t.Fatal(err)
 	}
 	options := controller.Options{MaxConcurrentReconciles: 10, SkipNameValidation: ptr.To(true)}
 	setups := []func() error{
-		func() error {
-			return (&capicontrollers.ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: clusterCache, RemoteConnectionGracePeriod: time.Minute}).SetupWithManager(ctx, mgr, options)
-		},
-		func() error {
-			return (&capicontrollers.MachineReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: clusterCache, RemoteConditionsGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, options)
-		},
 		func() error {
 			return (&capicontrollers.MachinePoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: clusterCache}).SetupWithManager(ctx, mgr, options)
 		},
