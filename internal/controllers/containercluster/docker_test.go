@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +30,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 	"github.com/capct/cluster-api-provider-container/internal/test/capi"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
+	"github.com/capct/cluster-api-provider-container/internal/test/images"
 )
 
 // This suite runs CAPCT's controllers against a real Docker engine and a
@@ -63,7 +61,7 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
 		return 1
 	}
-	if lbImage, err = buildLBImage(); err != nil {
+	if lbImage, err = images.LoadBalancer(); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
 		return 1
 	}
@@ -116,23 +114,6 @@ func sweep() {
 	}
 }
 
-// buildLBImage builds capct/haproxy with the project's own script (cached),
-// since no registry is reachable to pull one.
-func buildLBImage() (string, error) {
-	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "..", "hack", "node-image", "build-node-image.sh")
-	cmd := exec.Command(script, "lb")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("failed to build the load balancer image with %s: %w", script, err)
-	}
-	lines := strings.Fields(string(out))
-	if len(lines) == 0 {
-		return "", fmt.Errorf("%s printed no image name", script)
-	}
-	return lines[len(lines)-1], nil
-}
 
 const bootstrapData = `#cloud-config
 write_files:
