@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +18,10 @@ import (
 // provider puts on its Node until a cloud controller initialises it. CAPCT
 // is that controller for its machines.
 const UninitializedTaint = "node.cloudprovider.kubernetes.io/uninitialized"
+
+// maxPodCIDRRetry bounds the backoff of a machine waiting for a free pod
+// CIDR.
+const maxPodCIDRRetry = 5 * time.Minute
 
 // Initialization makes a registered Node usable: it assigns the Node's pod
 // CIDRs (node IPAM), gives the Node the machine's addresses and removes the
@@ -46,7 +51,7 @@ func (i *Initialization) Reconcile(ctx context.Context, s *MachineScope) (ctrl.R
 		done, err := i.PodCIDRs.AssignPodCIDRs(ctx, s, workload)
 		if err != nil || !done {
 			setCondition(cm, now, infrav1.InitializedCondition, metav1.ConditionFalse, infrav1.InProgressReason, "Waiting for the Node's pod CIDRs")
-			return ctrl.Result{RequeueAfter: nodePoll}, err
+			return ctrl.Result{RequeueAfter: podCIDRRetry(cm, now)}, err
 		}
 	}
 	if err := i.removeUninitializedTaint(ctx, workload, s); err != nil {
@@ -96,6 +101,18 @@ func (i *Initialization) removeUninitializedTaint(ctx context.Context, workload 
 		return fmt.Errorf("failed to remove taint %s from Node %s: %w", UninitializedTaint, node.Name, err)
 	}
 	return nil
+}
+
+// podCIDRRetry backs off while the cluster's pod network is exhausted: a
+// CIDR frees up only when a node goes, so asking every few seconds would
+// only load the API server. The wait doubles with each retry, counted from
+// the condition's transition, up to maxPodCIDRRetry.
+func podCIDRRetry(cm *infrav1.ContainerMachine, now time.Time) time.Duration {
+	if conditions.GetReason(cm, infrav1.PodCIDRAllocatedCondition) != infrav1.ExhaustedReason {
+		return nodePoll
+	}
+	elapsed, _ := since(cm, now, infrav1.PodCIDRAllocatedCondition)
+	return min(max(elapsed, nodePoll), maxPodCIDRRetry)
 }
 
 func hasInternalIP(n *corev1.Node) bool {
