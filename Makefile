@@ -77,3 +77,4 @@ bench: ## Run the Go benchmarks (IPAM allocator, runtime seam overhead)
 
 include hack/release.mk
 include hack/node-image/images.mk
+include hack/quickstart.mk
