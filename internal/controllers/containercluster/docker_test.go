@@ -114,7 +114,6 @@ func sweep() {
 	}
 }
 
-
 const bootstrapData = `#cloud-config
 write_files:
 - path: /etc/capct/greeting
