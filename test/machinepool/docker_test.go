@@ -32,8 +32,6 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
-	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
-	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
 	"github.com/capct/cluster-api-provider-container/internal/test/capi"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 	"github.com/capct/cluster-api-provider-container/internal/test/images"
@@ -103,13 +101,8 @@ func setup(ctx context.Context) error {
 	}).SetupWithManager(ctx, mgr, capi.Options()); err != nil {
 		return fmt.Errorf("failed to set up Cluster API's MachinePool controller: %w", err)
 	}
-	if err := (&containercluster.Reconciler{Client: mgr.GetClient(), Runtime: rt}).SetupWithManager(ctx, mgr, capi.Options()); err != nil {
-		return err
-	}
 	workload := func(context.Context, client.ObjectKey) (client.Client, error) { return env.Client, nil }
-	if err := (&containermachine.Reconciler{
-		Client: mgr.GetClient(), Runtime: rt, ClusterCache: clusterCache, WorkloadClient: workload,
-	}).SetupWithManager(ctx, mgr, capi.Options()); err != nil {
+	if err := capi.SetupProvider(ctx, mgr, rt, clusterCache, workload); err != nil {
 		return err
 	}
 	return (&expcontrollers.ContainerMachinePoolReconciler{

@@ -25,8 +25,6 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
-	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
-	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 	"github.com/capct/cluster-api-provider-container/internal/test/capi"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
@@ -77,10 +75,7 @@ func run(m *testing.M) int {
 	ctx = mgrCtx
 	clusterCache, err := capi.SetupCore(ctx, env.Manager)
 	if err == nil {
-		err = (&containercluster.Reconciler{Client: env.Manager.GetClient(), Runtime: rt, OrphanGracePeriod: time.Nanosecond}).SetupWithManager(ctx, env.Manager, capi.Options())
-	}
-	if err == nil {
-		err = (&containermachine.Reconciler{Client: env.Manager.GetClient(), Runtime: rt, ClusterCache: clusterCache}).SetupWithManager(ctx, env.Manager, capi.Options())
+		err = capi.SetupProvider(ctx, env.Manager, rt, clusterCache, nil)
 	}
 	if err == nil {
 		err = env.Start(ctx)

@@ -11,8 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
-	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
-	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
 	"github.com/capct/cluster-api-provider-container/internal/test/capi"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 )
@@ -67,13 +65,8 @@ func setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := (&containercluster.Reconciler{Client: mgr.GetClient(), Runtime: runtime}).SetupWithManager(ctx, mgr, capi.Options()); err != nil {
-		return err
-	}
 	// The envtest API server is the workload cluster; a direct client reads
 	// Nodes without waiting for a cache.
 	workload := func(context.Context, client.ObjectKey) (client.Client, error) { return env.Client, nil }
-	return (&containermachine.Reconciler{
-		Client: mgr.GetClient(), Runtime: runtime, ClusterCache: clusterCache, WorkloadClient: workload,
-	}).SetupWithManager(ctx, mgr, capi.Options())
+	return capi.SetupProvider(ctx, mgr, runtime, clusterCache, workload)
 }

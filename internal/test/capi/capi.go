@@ -1,6 +1,7 @@
-// Package capi runs Cluster API's own controllers in a test manager, so that
-// CAPCT's integration tests exercise the provider contract through its real
-// consumer rather than through assumptions about it.
+// Package capi runs Cluster API's own controllers in a test manager, beside
+// CAPCT's, so that CAPCT's integration tests exercise the provider contract
+// through its real consumer rather than through assumptions about it.
+// Orphaned containers are swept at once in tests (no grace period).
 package capi
 
 import (
@@ -15,6 +16,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
+	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
+	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 )
 
 // Options returns controller options for tests: several managers in one
@@ -49,4 +55,17 @@ func SetupCore(ctx context.Context, mgr ctrl.Manager) (clustercache.ClusterCache
 		return nil, fmt.Errorf("failed to set up Cluster API's Machine controller: %w", err)
 	}
 	return clusterCache, nil
+}
+
+// SetupProvider adds CAPCT's ContainerCluster and ContainerMachine
+// reconcilers on rt to mgr. workload, when not nil, replaces the
+// ClusterCache for reaching workload clusters (tests use the test API
+// server itself as the workload cluster).
+func SetupProvider(ctx context.Context, mgr ctrl.Manager, rt container.Runtime, clusterCache clustercache.ClusterCache, workload lifecycle.WorkloadClientFunc) error {
+	if err := (&containercluster.Reconciler{Client: mgr.GetClient(), Runtime: rt, OrphanGracePeriod: time.Nanosecond}).SetupWithManager(ctx, mgr, Options()); err != nil {
+		return err
+	}
+	return (&containermachine.Reconciler{
+		Client: mgr.GetClient(), Runtime: rt, ClusterCache: clusterCache, WorkloadClient: workload,
+	}).SetupWithManager(ctx, mgr, Options())
 }
