@@ -222,9 +222,10 @@ func TestAssignRecordsAnnotationBeforeNodeThenStatus(t *testing.T) {
 	if annotationAtApply != "unset" {
 		t.Fatal("Node applied again although it already holds the CIDRs")
 	}
-	// Only the two `ip route show` reads (one per family).
-	if got := len(e.rt.ExecCalls()) - calls; got != 2 {
-		t.Fatalf("second call ran %d execs, want 2: %v", got, e.rt.ExecCalls()[calls:])
+	// Only the masquerade check and the two `ip route show` reads (one per
+	// family).
+	if got := len(e.rt.ExecCalls()) - calls; got != 3 {
+		t.Fatalf("second call ran %d execs, want 3: %v", got, e.rt.ExecCalls()[calls:])
 	}
 }
 

@@ -73,7 +73,9 @@ func CNIConfig(podCIDRs []netip.Prefix) ([]byte, error) {
 		CNIVersion: "1.0.0",
 		Name:       CNINetworkName,
 		Plugins: []any{
-			bridgePlugin{Type: "bridge", Bridge: BridgeName, IsGateway: true, IPMasq: true, HairpinMode: true, IPAM: ipam},
+			// No ipMasq: it would masquerade pod-to-pod traffic across
+			// nodes too. MasqueradeCommand programs the narrower rule.
+			bridgePlugin{Type: "bridge", Bridge: BridgeName, IsGateway: true, IPMasq: false, HairpinMode: true, IPAM: ipam},
 			portmapPlugin{Type: "portmap", Capabilities: map[string]bool{"portMappings": true}},
 		},
 	}

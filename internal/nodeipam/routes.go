@@ -35,6 +35,44 @@ func (r Route) Command(op string) []string {
 	return []string{"ip", "-6", "route", op, r.Dst.String(), "via", r.Via.String()}
 }
 
+// masqueradeScript adds, once, a MASQUERADE rule for each (tool, source,
+// destination) triple of its arguments. Images without iptables (test
+// images) have nothing to program and succeed.
+const masqueradeScript = `command -v iptables >/dev/null 2>&1 || exit 0
+while [ $# -ge 3 ]; do
+  t=$1; src=$2; dst=$3; shift 3
+  $t -t nat -C POSTROUTING -s "$src" ! -d "$dst" -j MASQUERADE 2>/dev/null ||
+    $t -t nat -A POSTROUTING -s "$src" ! -d "$dst" -j MASQUERADE || exit 1
+done`
+
+// MasqueradeCommand returns the command that makes a node masquerade what
+// its pods send outside the cluster's pod network, and nothing else. The
+// CNI bridge's own ipMasq would also masquerade traffic to other nodes'
+// pods, hiding the source pod's address from them (which breaks network
+// policies and Kubernetes' networking model), so it is off and this rule
+// takes its place. The arguments are passed to the script, never spliced
+// into it. It returns nil when the node has no pod CIDR of the cluster's
+// families.
+func MasqueradeCommand(podCIDRs, clusterCIDRs []netip.Prefix) []string {
+	cmd := []string{"sh", "-c", masqueradeScript, "sh"}
+	for _, own := range podCIDRs {
+		for _, cluster := range clusterCIDRs {
+			if own.Addr().Is4() != cluster.Addr().Is4() {
+				continue
+			}
+			tool := "iptables"
+			if !own.Addr().Is4() {
+				tool = "ip6tables"
+			}
+			cmd = append(cmd, tool, own.Masked().String(), cluster.Masked().String())
+		}
+	}
+	if len(cmd) == 4 {
+		return nil
+	}
+	return cmd
+}
+
 // DesiredRoutes returns, for every node, the routes it needs to reach the
 // other nodes' pod CIDRs: each CIDR through the owning node's address of
 // the same family. A CIDR whose owner has no address of its family is left

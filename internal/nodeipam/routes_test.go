@@ -225,7 +225,7 @@ func TestCNIConfig(t *testing.T) {
 				t.Fatalf("%s", b)
 			}
 			br, pm := conf.Plugins[0], conf.Plugins[1]
-			if br.Type != "bridge" || br.Bridge != "capct0" || !br.IsGateway || !br.IPMasq || !br.HairpinMode || br.IPAM.Type != "host-local" {
+			if br.Type != "bridge" || br.Bridge != "capct0" || !br.IsGateway || br.IPMasq || !br.HairpinMode || br.IPAM.Type != "host-local" {
 				t.Fatalf("bridge plugin: %s", b)
 			}
 			var ranges, routes []string
@@ -275,12 +275,12 @@ func TestSyncRoutesFollowsJoinsAndLeaves(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, call := range e.rt.ExecCalls()[n:] {
-		if strings.Join(call.Cmd, " ") != "ip -o route show" {
+		if strings.Join(call.Cmd, " ") != "ip -o route show" && call.Cmd[0] != "sh" {
 			t.Fatalf("in-sync SyncRoutes ran %v", call.Cmd)
 		}
 	}
-	if got := len(e.rt.ExecCalls()) - n; got != 3 {
-		t.Fatalf("%d execs, want one read per container", got)
+	if got := len(e.rt.ExecCalls()) - n; got != 6 {
+		t.Fatalf("%d execs, want one read and one masquerade check per container", got)
 	}
 	// b leaves: its container and ContainerMachine go; the others drop the
 	// route to its CIDR.
@@ -296,5 +296,36 @@ func TestSyncRoutesFollowsJoinsAndLeaves(t *testing.T) {
 	}
 	if tc := e.routes.get(c.ContainerName()); len(tc) != 1 || tc[pfx("10.244.0.0/24")] != a.Container.IPv4 {
 		t.Fatalf("c's routes after b left: %v", tc)
+	}
+}
+
+func TestMasqueradeCommand(t *testing.T) {
+	testCases := []struct {
+		name    string
+		pods    []netip.Prefix
+		cluster []netip.Prefix
+		want    []string
+	}{
+		{name: "no pod CIDRs", cluster: []netip.Prefix{pfx("10.244.0.0/16")}},
+		{name: "IPv4", pods: []netip.Prefix{pfx("10.244.3.0/24")}, cluster: []netip.Prefix{pfx("10.244.0.0/16")},
+			want: []string{"iptables", "10.244.3.0/24", "10.244.0.0/16"}},
+		{name: "dual stack", pods: []netip.Prefix{pfx("10.244.3.0/24"), pfx("fd00:10:244:3::/64")},
+			cluster: []netip.Prefix{pfx("10.244.0.0/16"), pfx("fd00:10:244::/56")},
+			want:    []string{"iptables", "10.244.3.0/24", "10.244.0.0/16", "ip6tables", "fd00:10:244:3::/64", "fd00:10:244::/56"}},
+		{name: "family not in the cluster", pods: []netip.Prefix{pfx("fd00:10:244:3::/64")}, cluster: []netip.Prefix{pfx("10.244.0.0/16")}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := MasqueradeCommand(tc.pods, tc.cluster)
+			if tc.want == nil {
+				if got != nil {
+					t.Fatalf("want no command, got %v", got)
+				}
+				return
+			}
+			if len(got) < 4 || got[0] != "sh" || got[3] != "sh" || !slices.Equal(got[4:], tc.want) {
+				t.Fatalf("want arguments %v, got %v", tc.want, got)
+			}
+		})
 	}
 }

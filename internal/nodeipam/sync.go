@@ -81,7 +81,7 @@ func (a *Assigner) syncRoutes(ctx context.Context, cluster *clusterv1.Cluster, c
 	desired := DesiredRoutes(nodes)
 	var errs []error
 	for _, n := range nodes {
-		err := a.syncNodeRoutes(ctx, n.Name, desired[n.Name], cfg.ClusterCIDRs)
+		err := a.syncNodeRoutes(ctx, n, desired[n.Name], cfg.ClusterCIDRs)
 		switch {
 		case err == nil:
 		case self == "" || n.Name == self:
@@ -93,7 +93,17 @@ func (a *Assigner) syncRoutes(ctx context.Context, cluster *clusterv1.Cluster, c
 	return errors.Join(errs...)
 }
 
-func (a *Assigner) syncNodeRoutes(ctx context.Context, name string, desired []Route, clusterCIDRs []netip.Prefix) error {
+// syncNodeRoutes brings one node's routes to desired, and makes sure the
+// node masquerades its pods' traffic leaving the cluster's pod network. The
+// masquerade rule is checked on every sync because a restarted container
+// loses it while keeping its CNI config.
+func (a *Assigner) syncNodeRoutes(ctx context.Context, n Node, desired []Route, clusterCIDRs []netip.Prefix) error {
+	name := n.Name
+	if cmd := MasqueradeCommand(n.PodCIDRs, clusterCIDRs); cmd != nil {
+		if _, err := a.exec(ctx, name, cmd); err != nil {
+			return err
+		}
+	}
 	var current []Route
 	for _, fam := range families(clusterCIDRs) {
 		cmd := []string{"ip", "-o", "route", "show"}
