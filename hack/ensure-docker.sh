@@ -10,11 +10,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 log() { echo "ensure-docker: $*" >&2; }
 
-if ! command -v dockerd >/dev/null 2>&1 || ! command -v jq >/dev/null 2>&1; then
-  log "Installing Debian's docker.io and jq"
+# busybox-static: the Docker tests build their small test image from
+# /bin/busybox, since no image can be pulled.
+if ! command -v dockerd >/dev/null 2>&1 || ! command -v jq >/dev/null 2>&1 || [[ ! -x /bin/busybox ]]; then
+  log "Installing Debian's docker.io, jq and busybox-static"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq docker.io jq >/dev/null
+  apt-get install -y -qq docker.io jq busybox-static >/dev/null
 fi
 
 # CAP_SYS_RESOURCE is capability 24; test its bit in the bounding set.
