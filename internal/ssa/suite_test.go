@@ -22,31 +22,12 @@ var (
 // it too: the harness refuses to run without KUBEBUILDER_ASSETS rather than
 // skip.
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	var err error
-	env, err = envtest.New()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer func() {
-		cancel()
-		if err := env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "failed to stop envtest: %v\n", err)
+	os.Exit(envtest.Run(m, func(_ context.Context, e *envtest.Environment) error {
+		env = e
+		var err error
+		if watchClient, err = client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme}); err != nil {
+			return fmt.Errorf("failed to create the test client: %w", err)
 		}
-	}()
-	if err := env.Start(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
-	watchClient, err = client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: failed to create the test client: %v\n", err)
-		return 1
-	}
-	return m.Run()
+		return nil
+	}, nil))
 }

@@ -23,28 +23,10 @@ import (
 var env *envtest.Environment
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	var err error
-	env, err = envtest.New()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer func() {
-		cancel()
-		if err := env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "failed to stop envtest: %v\n", err)
-		}
-	}()
-	if err := env.Start(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(envtest.Run(m, func(_ context.Context, e *envtest.Environment) error {
+		env = e
+		return nil
+	}, nil))
 }
 
 func validMachine(name string) *infrav1.ContainerMachine {

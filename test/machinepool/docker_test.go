@@ -46,48 +46,21 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
 	ctrl.SetLogger(klog.Background())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var err error
-	if rt, err = docker.New(); err == nil {
-		nodeImage, err = dockertest.BusyboxImage(ctx, rt)
-	}
-	if err == nil {
-		lbImage, err = images.LoadBalancer()
-	}
-	if err == nil {
-		env, err = envtest.New()
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	mgrCtx, stopManager := context.WithCancel(ctx)
-	defer stopManager()
-	if err = setup(mgrCtx); err == nil {
-		err = env.Start(mgrCtx)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
-	code := m.Run()
-	stopManager()
-	// Whatever the tests left, once nothing can make it again.
-	for _, name := range clusters {
-		left, _ := rt.List(context.Background(), map[string]string{container.LabelCluster: name})
-		for _, c := range left {
-			_ = rt.Delete(context.Background(), c.Name)
+	os.Exit(envtest.Run(m, func(ctx context.Context, e *envtest.Environment) error {
+		env = e
+		var err error
+		if rt, err = docker.New(); err != nil {
+			return err
 		}
-		_ = rt.DeleteNetwork(context.Background(), "capct-"+name)
-	}
-	return code
+		if nodeImage, err = dockertest.BusyboxImage(ctx, rt); err != nil {
+			return err
+		}
+		if lbImage, err = images.LoadBalancer(); err != nil {
+			return err
+		}
+		return setup(ctx)
+	}, func() { dockertest.RemoveClusters(context.Background(), rt, clusters) }))
 }
 
 func setup(ctx context.Context) error {

@@ -43,71 +43,29 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
 	ctrl.SetLogger(klog.Background())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var err error
-	if rt, err = docker.New(); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
-	if nodeImage, err = dockertest.BusyboxImage(ctx, rt); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
-	if lbImage, err = images.LoadBalancer(); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
-	if env, err = envtest.New(); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	// Stop the controllers before the API server, so that they do not spend
-	// the shutdown retrying against it.
-	mgrCtx, stopManager := context.WithCancel(ctx)
-	defer stopManager()
-	ctx = mgrCtx
-	clusterCache, err := capi.SetupCore(ctx, env.Manager)
-	if err == nil {
-		err = capi.SetupProvider(ctx, env.Manager, rt, clusterCache, nil)
-	}
-	if err == nil {
-		err = env.Start(ctx)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
-	code := m.Run()
-	stopManager()
-	sweep()
-	return code
+	os.Exit(envtest.Run(m, func(ctx context.Context, e *envtest.Environment) error {
+		env = e
+		var err error
+		if rt, err = docker.New(); err != nil {
+			return err
+		}
+		if nodeImage, err = dockertest.BusyboxImage(ctx, rt); err != nil {
+			return err
+		}
+		if lbImage, err = images.LoadBalancer(); err != nil {
+			return err
+		}
+		clusterCache, err := capi.SetupCore(ctx, env.Manager)
+		if err != nil {
+			return err
+		}
+		return capi.SetupProvider(ctx, env.Manager, rt, clusterCache, nil)
+	}, func() { dockertest.RemoveClusters(context.Background(), rt, testClusters) }))
 }
 
 // testClusters are the clusters the tests made, for the final sweep.
 var testClusters []string
-
-// sweep removes whatever the tests' clusters left on the engine, once the
-// controllers are stopped and cannot make it again.
-func sweep() {
-	ctx := context.Background()
-	for _, name := range testClusters {
-		all, err := rt.List(ctx, map[string]string{container.LabelCluster: name})
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "failed to list the containers of test cluster %s: %v\n", name, err)
-		}
-		for _, c := range all {
-			_ = rt.Delete(ctx, c.Name)
-		}
-		_ = rt.DeleteNetwork(ctx, "capct-"+name)
-	}
-}
 
 const bootstrapData = `#cloud-config
 write_files:

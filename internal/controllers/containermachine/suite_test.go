@@ -2,7 +2,6 @@ package containermachine_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 
@@ -27,35 +26,13 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
 	// Controller logs go to klog's stderr only with -v, e.g.
 	// go test ./internal/controllers/containermachine -args -v=4.
 	ctrl.SetLogger(klog.Background())
-	var err error
-	env, err = envtest.New()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "failed to stop envtest: %v\n", err)
-		}
-	}()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := setup(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
-	if err := env.Start(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(envtest.Run(m, func(ctx context.Context, e *envtest.Environment) error {
+		env = e
+		return setup(ctx)
+	}, nil))
 }
 
 func setup(ctx context.Context) error {

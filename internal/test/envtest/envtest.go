@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -193,4 +194,41 @@ func moduleDir(module string) (string, error) {
 		return "", fmt.Errorf("module %s is not downloaded: run `go mod download`", module)
 	}
 	return dir, nil
+}
+
+// Run is a test package's TestMain body: it starts the API server, lets
+// setup add controllers to the manager (and do any other preparation),
+// starts the manager, runs the tests, and then stops the manager before the
+// API server, so that controllers do not spend the shutdown retrying
+// against it. after, when not nil, runs once the manager has stopped. It
+// returns the exit code; setup errors fail the run, never skip it.
+func Run(m *testing.M, setup func(ctx context.Context, env *Environment) error, after func()) int {
+	env, err := New()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		return 1
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "failed to stop envtest: %v\n", err)
+		}
+	}()
+	ctx, stopManager := context.WithCancel(context.Background())
+	defer stopManager()
+	if setup != nil {
+		if err := setup(ctx, env); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+			return 1
+		}
+	}
+	if err := env.Start(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		return 1
+	}
+	code := m.Run()
+	stopManager()
+	if after != nil {
+		after()
+	}
+	return code
 }

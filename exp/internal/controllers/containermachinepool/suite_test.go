@@ -72,25 +72,13 @@ func run(m *testing.M) int {
 	} else {
 		ctrl.SetLogger(logr.Discard())
 	}
-	var err error
-	env, err = envtest.New()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "failed to stop envtest: %v\n", err)
-		}
-	}()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := env.Start(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
 	rt = fake.New(nil)
-	return m.Run()
+	// Each test starts its own manager (startStack); the harness's manager
+	// serves the webhooks.
+	return envtest.Run(m, func(_ context.Context, e *envtest.Environment) error {
+		env = e
+		return nil
+	}, nil)
 }
 
 // writes counts the writes the pool controller sends, by verb.

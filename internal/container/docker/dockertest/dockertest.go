@@ -19,6 +19,7 @@ import (
 
 	"github.com/docker/docker/api/types/image"
 
+	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 )
 
@@ -97,4 +98,21 @@ func build(ctx context.Context, rt *docker.Runtime) (string, error) {
 		return "", fmt.Errorf("failed to import test image %s: %w", ref, err)
 	}
 	return ref, nil
+}
+
+// RemoveClusters deletes every container carrying one of the cluster names,
+// and the clusters' default networks. Test suites call it after their
+// controllers stop, so that nothing they made outlives them, whatever the
+// tests left.
+func RemoveClusters(ctx context.Context, rt container.Runtime, names []string) {
+	for _, name := range names {
+		left, err := rt.List(ctx, map[string]string{container.LabelCluster: name})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "failed to list the containers of test cluster %s: %v\n", name, err)
+		}
+		for _, c := range left {
+			_ = rt.Delete(ctx, c.Name)
+		}
+		_ = rt.DeleteNetwork(ctx, "capct-"+name)
+	}
 }
