@@ -31,6 +31,7 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/cert-manager/cert-manager/pkg/controller/cainjector"
+	"github.com/cert-manager/cert-manager/pkg/util"
 )
 
 func main() {
@@ -52,7 +53,9 @@ func main() {
 	utilruntime.Must(apireg.AddToScheme(scheme))
 	utilruntime.Must(cmapi.AddToScheme(scheme))
 
-	cfg := ctrl.GetConfigOrDie()
+	// The user agent (cert-manager-cainjector/<version> ...) also names the
+	// field manager of the injector's server-side applies, which must not be empty.
+	cfg := util.RestConfigWithUserAgent(ctrl.GetConfigOrDie(), "cainjector")
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		LeaderElection:          *leaderElect,

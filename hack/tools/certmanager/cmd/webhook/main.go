@@ -32,9 +32,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	acmev1 "github.com/cert-manager/cert-manager/pkg/apis/acme/v1"
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -48,7 +47,6 @@ import (
 
 func main() {
 	var (
-		kubeconfig   = flag.String("kubeconfig", "", "kubeconfig; empty for the in-cluster configuration")
 		securePort   = flag.Int("secure-port", 10250, "port of the admission endpoints (TLS)")
 		healthzPort  = flag.Int("healthz-port", 6080, "port of /livez and /healthz")
 		caNamespace  = flag.String("dynamic-serving-ca-secret-namespace", "cert-manager", "namespace of the CA Secret")
@@ -64,13 +62,8 @@ func main() {
 	defer cancel()
 	ctx = logf.NewContext(ctx, log)
 
-	var cfg *rest.Config
-	var err error
-	if *kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
+	// --kubeconfig (registered by controller-runtime), $KUBECONFIG or in-cluster.
+	cfg, err := ctrlconfig.GetConfig()
 	if err != nil {
 		log.Error(err, "loading the client configuration")
 		os.Exit(1)
