@@ -15,7 +15,7 @@
 # registry.k8s.io/cluster-api/<image>:<v> and imagePullPolicy IfNotPresent (the
 # images are built by build-capi-images.sh and loaded into the management
 # node; nothing is pulled). CAPCT's own repository is `make release-manifests`'
-# out/infrastructure-container/<QUICKSTART_VERSION>/ (built here if missing),
+# out/infrastructure-container/<QUICKSTART_VERSION>/ (rewritten on every run),
 # cert-manager's is out/quickstart/repository/cert-manager/<version>/cert-manager.yaml
 # (build-cert-manager.sh).
 #
@@ -67,9 +67,8 @@ done
 
 step "CAPCT $capct_version components"
 capct="$QS_ROOT/out/infrastructure-container/$capct_version"
-if [[ ! -s "$capct/infrastructure-components.yaml" || -n "${REBUILD_CAPCT_MANIFESTS:-}" ]]; then
-  "$QS_ROOT/hack/release-manifests.sh" "$capct_version" "$QS_ROOT/out" >&2
-fi
+# always: it takes a second, and a stale copy would hide changes to config/ or templates/
+"$QS_ROOT/hack/release-manifests.sh" "$capct_version" "$QS_ROOT/out" >&2
 
 step "clusterctl.yaml"
 mkdir -p "$QS_OUT"
@@ -97,6 +96,11 @@ cert-manager:
 CAPCT_MANAGER_IMAGE: docker.io/capct/manager:$capct_version
 CAPCT_MANAGER_IMAGE_PULL_POLICY: Never
 EXP_MACHINE_POOL: "true"
+# The workload clusters' defaults: the offline node and LB images
+# (make node-image / make lb-image), never an image from a registry.
+KUBERNETES_VERSION: ${KUBERNETES_VERSION:-v1.35.4}
+CAPCT_NODE_IMAGE: ${NODE_IMAGE:-capct/node:v1.35.4}
+CAPCT_LB_IMAGE: ${LB_IMAGE:-capct/haproxy:2.6}
 CLUSTER_TOPOLOGY: "true"
 YAML
 mv "$QS_OUT/clusterctl.yaml.tmp" "$QS_OUT/clusterctl.yaml"
