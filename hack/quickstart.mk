@@ -15,13 +15,12 @@ quickstart-capi-images: ## Build Cluster API's controller images and clusterctl 
 	hack/quickstart/build-capi-images.sh
 
 .PHONY: quickstart-repositories
-quickstart-repositories: ## Lay out clusterctl's local repositories and clusterctl.yaml under out/quickstart
-	$(MAKE) release-manifests VERSION=$(QUICKSTART_VERSION)
-	hack/quickstart/capi-repository.sh
+quickstart-repositories: ## Lay out clusterctl's local repositories (CAPI, CAPCT via release-manifests) and out/quickstart/clusterctl.yaml
+	QUICKSTART_VERSION=$(QUICKSTART_VERSION) hack/quickstart/capi-repository.sh
 
 .PHONY: quickstart-mgmt-up
 quickstart-mgmt-up: ## Boot the management cluster (one capct/node container) and load the controller images
-	hack/quickstart/mgmt-cluster.sh up
+	QUICKSTART_VERSION=$(QUICKSTART_VERSION) hack/quickstart/mgmt-cluster.sh up
 
 .PHONY: quickstart-mgmt-down
 quickstart-mgmt-down: ## Remove the management cluster's container, network and volume

@@ -15,6 +15,7 @@
 # $CAPCT_CACHE/capi/<key>/, images skipped when their label
 # io.capct.quickstart.inputs matches. FORCE=1 rebuilds the images.
 set -euo pipefail
+# shellcheck source=hack/quickstart/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 tools="$QS_ROOT/hack/tools/capi"

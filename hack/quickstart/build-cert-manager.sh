@@ -18,6 +18,7 @@
 # (written here after the module's Helm chart with its default values; Helm
 # is not available offline).
 set -euo pipefail
+# shellcheck source=hack/quickstart/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 tools="$QS_ROOT/hack/tools/certmanager"

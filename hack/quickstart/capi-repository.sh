@@ -21,6 +21,7 @@
 #
 # Environment: QUICKSTART_VERSION (CAPCT's, default v0.1.0), CERT_MANAGER_VERSION (v1.21.1).
 set -euo pipefail
+# shellcheck source=hack/quickstart/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 v=$CAPI_VERSION

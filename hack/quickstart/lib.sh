@@ -1,5 +1,5 @@
 # Shared helpers of the quickstart scripts (sourced, not run).
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034 # the variables are used by the scripts that source this
 
 QS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 QS_CACHE=${CAPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capct}

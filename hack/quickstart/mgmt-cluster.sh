@@ -19,6 +19,7 @@
 # MGMT_API_PORT, QUICKSTART_VERSION (v0.1.0, the manager image's tag),
 # CERT_MANAGER_VERSION (v1.21.1).
 set -euo pipefail
+# shellcheck source=hack/quickstart/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 node=${MGMT_NAME:-capct-mgmt}
@@ -199,12 +200,12 @@ down() {
   docker rm -f -v "$node" >/dev/null 2>&1 || true
   docker network rm "$network" >/dev/null 2>&1 || true
   # anything else the quickstart labelled (leftover volumes of failed runs)
-  ids=$(docker ps -aq --filter "label=$label")
-  [[ -z "$ids" ]] || docker rm -f -v $ids >/dev/null
-  ids=$(docker volume ls -q --filter "label=$label")
-  [[ -z "$ids" ]] || docker volume rm $ids >/dev/null
-  ids=$(docker network ls -q --filter "label=$label")
-  [[ -z "$ids" ]] || docker network rm $ids >/dev/null
+  mapfile -t ids < <(docker ps -aq --filter "label=$label")
+  (( ${#ids[@]} == 0 )) || docker rm -f -v "${ids[@]}" >/dev/null
+  mapfile -t ids < <(docker volume ls -q --filter "label=$label")
+  (( ${#ids[@]} == 0 )) || docker volume rm "${ids[@]}" >/dev/null
+  mapfile -t ids < <(docker network ls -q --filter "label=$label")
+  (( ${#ids[@]} == 0 )) || docker network rm "${ids[@]}" >/dev/null
   rm -f "$kubeconfig"
   finish
 }
