@@ -257,10 +257,8 @@ func (a *Assigner) allocate(ctx context.Context, s *lifecycle.MachineScope, work
 			a.recorder.Eventf(cm, corev1.EventTypeNormal, eventAllocated, "Allocated pod CIDRs %s", value)
 		}
 	}
-	if cm.Annotations == nil {
-		cm.Annotations = map[string]string{}
-	}
-	cm.Annotations[infrav1.PodCIDRsAnnotation] = value
+	// The annotation is written above and only there: setting it on cm as
+	// well would make the controller's patch helper send it a second time.
 	cm.Status.PodCIDRs = cidrStrings(cidrs)
 	a.succeed(s, fmt.Sprintf("Pod CIDRs %s", value))
 	return cidrs, true, nil
