@@ -13,6 +13,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 )
 
 const (
@@ -106,8 +107,10 @@ func (lb *LoadBalancer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc
 	want, err := Render(custom, Config{
 		FrontendPort: APIServerPort,
 		BackendPort:  APIServerPort,
-		IPv6:         cc.Spec.Network.IPFamily == infrav1.IPv6Family || cc.Spec.Network.IPFamily == infrav1.DualStackFamily,
-		Backends:     backends,
+		// The same derivation as the network's, so that a dual-stack
+		// cluster that leaves ipFamily empty still gets an IPv6 frontend.
+		IPv6:     lifecycle.IPFamilyOf(cluster, cc).HasIPv6(),
+		Backends: backends,
 	})
 	if err != nil {
 		return false, err
