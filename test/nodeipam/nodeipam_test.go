@@ -23,28 +23,12 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
-	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
 	"github.com/capct/cluster-api-provider-container/internal/container/runtimetest"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 )
-
-func newRuntime(t *testing.T) *docker.Runtime {
-	t.Helper()
-	rt, err := docker.New()
-	if err != nil {
-		t.Fatalf("docker client: %v", err)
-	}
-	t.Cleanup(func() { _ = rt.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := rt.List(ctx, nil); err != nil {
-		t.Fatalf("Docker engine not reachable (run hack/ensure-docker.sh): %v", err)
-	}
-	return rt
-}
 
 func run(t *testing.T, rt container.Runtime, name string, cmd ...string) (string, int) {
 	t.Helper()
@@ -57,7 +41,7 @@ func run(t *testing.T, rt container.Runtime, name string, cmd ...string) (string
 
 func TestPodCIDRReachableAcrossNodes(t *testing.T) {
 	ctx := context.Background()
-	rt := newRuntime(t)
+	rt := dockertest.NewRuntime(t)
 	img, err := dockertest.BusyboxImage(context.Background(), rt)
 	if err != nil {
 		t.Fatal(err)

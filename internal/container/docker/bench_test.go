@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
 	"github.com/capct/cluster-api-provider-container/internal/container/runtimetest"
 )
 
@@ -18,7 +19,7 @@ import (
 // through the seam and through the same Docker client calls made directly;
 // the difference is the seam's overhead.
 func BenchmarkLifecycleSeamVsDirect(b *testing.B) {
-	rt := newRuntime(b)
+	rt := dockertest.NewRuntime(b)
 	img := testImage(b, rt)
 	suffix := runtimetest.RandomSuffix()
 	uid := "uid-bench-" + suffix

@@ -20,23 +20,6 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container/runtimetest"
 )
 
-// newRuntime returns a Runtime on the engine of this machine, failing the test
-// loudly when the engine does not answer.
-func newRuntime(t testing.TB) *docker.Runtime {
-	t.Helper()
-	rt, err := docker.New()
-	if err != nil {
-		t.Fatalf("docker client: %v", err)
-	}
-	t.Cleanup(func() { _ = rt.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := rt.Client().Ping(ctx); err != nil {
-		t.Fatalf("Docker engine not reachable (run hack/ensure-docker.sh): %v", err)
-	}
-	return rt
-}
-
 // testImage imports a busybox image built from the host's static busybox.
 func testImage(t testing.TB, rt *docker.Runtime) string {
 	t.Helper()
@@ -48,12 +31,12 @@ func testImage(t testing.TB, rt *docker.Runtime) string {
 }
 
 func TestSuite(t *testing.T) {
-	rt := newRuntime(t)
+	rt := dockertest.NewRuntime(t)
 	runtimetest.RunSuite(t, func(t *testing.T) container.Runtime { return rt }, testImage(t, rt))
 }
 
 func TestExecLargeBinaryStdinRoundTrips(t *testing.T) {
-	rt := newRuntime(t)
+	rt := dockertest.NewRuntime(t)
 	e := runtimetest.NewEnv(t, rt, testImage(t, rt), container.IPv4)
 	m := e.Running(t, "big")
 	in := make([]byte, 10<<20)
@@ -68,7 +51,7 @@ func TestExecLargeBinaryStdinRoundTrips(t *testing.T) {
 }
 
 func TestExecTimeoutIsPrompt(t *testing.T) {
-	rt := newRuntime(t)
+	rt := dockertest.NewRuntime(t)
 	e := runtimetest.NewEnv(t, rt, testImage(t, rt), container.IPv4)
 	m := e.Running(t, "slow")
 	start := time.Now()
@@ -84,7 +67,7 @@ func TestExecTimeoutIsPrompt(t *testing.T) {
 }
 
 func TestOutOfBandRemovalIsAnEventWithin2s(t *testing.T) {
-	rt := newRuntime(t)
+	rt := dockertest.NewRuntime(t)
 	e := runtimetest.NewEnv(t, rt, testImage(t, rt), container.IPv4)
 	m := e.Running(t, "oob")
 	ctx, cancel := context.WithCancel(runtimetest.Ctx(t))
@@ -113,7 +96,7 @@ func TestOutOfBandRemovalIsAnEventWithin2s(t *testing.T) {
 }
 
 func TestParallelCreatesGetDistinctAddresses(t *testing.T) {
-	rt := newRuntime(t)
+	rt := dockertest.NewRuntime(t)
 	e := runtimetest.NewEnv(t, rt, testImage(t, rt), container.IPv4)
 	const n = 20
 	ctx := runtimetest.Ctx(t)
@@ -193,7 +176,7 @@ func TestUnreachableEngineIsTypedAndBounded(t *testing.T) {
 }
 
 func TestNodeFlagsLimitsAndPublishedPort(t *testing.T) {
-	rt := newRuntime(t)
+	rt := dockertest.NewRuntime(t)
 	e := runtimetest.NewEnv(t, rt, testImage(t, rt), container.IPv4)
 	s := e.Spec("cp")
 	s.Role = container.RoleControlPlane
@@ -260,7 +243,7 @@ func TestNodeFlagsLimitsAndPublishedPort(t *testing.T) {
 }
 
 func TestDualStackNetwork(t *testing.T) {
-	rt := newRuntime(t)
+	rt := dockertest.NewRuntime(t)
 	e := runtimetest.NewEnv(t, rt, testImage(t, rt), container.DualStack)
 	if !e.Network.IPv6Subnet.IsValid() || !e.Network.IPv4Subnet.IsValid() {
 		t.Fatalf("dual-stack network %+v lacks a family (is IPv6 enabled in the kernel and dockerd?)", e.Network)
@@ -285,7 +268,7 @@ func TestDualStackNetwork(t *testing.T) {
 }
 
 func TestImagesSaveLoadExistsAndPreload(t *testing.T) {
-	rt := newRuntime(t)
+	rt := dockertest.NewRuntime(t)
 	img := testImage(t, rt)
 	ctx := runtimetest.Ctx(t)
 	ok, err := rt.ImageExists(ctx, img)
@@ -324,7 +307,7 @@ func TestImagesSaveLoadExistsAndPreload(t *testing.T) {
 // tmpfs /run, where the engine's archive API would miss them: bootstrap
 // data writes /run/kubeadm/kubeadm.yaml and the sentinel lives in /run.
 func TestFilesOnTmpfsAreVisibleInside(t *testing.T) {
-	rt := newRuntime(t)
+	rt := dockertest.NewRuntime(t)
 	e := runtimetest.NewEnv(t, rt, testImage(t, rt), container.IPv4)
 	s := e.Spec("tmpfs")
 	s.KindNode = true

@@ -16,6 +16,8 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/image"
 
@@ -115,4 +117,21 @@ func RemoveClusters(ctx context.Context, rt container.Runtime, names []string) {
 		}
 		_ = rt.DeleteNetwork(ctx, "capct-"+name)
 	}
+}
+
+// NewRuntime returns a Runtime on this machine's engine, failing the test
+// loudly (never skipping it) when the engine does not answer.
+func NewRuntime(t testing.TB) *docker.Runtime {
+	t.Helper()
+	rt, err := docker.New()
+	if err != nil {
+		t.Fatalf("failed to create the Docker client: %v", err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := rt.Client().Ping(ctx); err != nil {
+		t.Fatalf("Docker engine not reachable (run hack/ensure-docker.sh): %v", err)
+	}
+	return rt
 }
