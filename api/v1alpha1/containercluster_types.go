@@ -53,6 +53,8 @@ type LoadBalancerSpec struct {
 }
 
 // NetworkSpec configures a cluster's container network.
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'Unmanaged' || has(self.name)",message="name is required when mode is Unmanaged"
+// +kubebuilder:validation:XValidation:rule="has(self.name) == has(oldSelf.name) && (!has(self.name) || self.name == oldSelf.name) && (has(self.mode) && self.mode == 'Unmanaged') == (has(oldSelf.mode) && oldSelf.mode == 'Unmanaged')",message="name and mode are immutable: the cluster's containers are attached to the network"
 type NetworkSpec struct {
 	// name of the container network. Defaults to the cluster's name prefixed
 	// with "capct-".
@@ -61,6 +63,15 @@ type NetworkSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`
 	Name string `json:"name,omitempty"`
+
+	// mode says who owns the network. Managed (the default): CAPCT creates
+	// it, labels it as this cluster's, and deletes it with the cluster.
+	// Unmanaged: the network called name already exists and may be shared,
+	// for example with the management cluster, whose controllers must reach
+	// the cluster's load balancer; CAPCT attaches the cluster's containers
+	// to it and never changes or deletes it.
+	// +optional
+	Mode NetworkMode `json:"mode,omitempty"`
 
 	// ipFamily of the container network. Defaults to the families of the
 	// Cluster's pod CIDRs, or IPv4.
@@ -71,6 +82,17 @@ type NetworkSpec struct {
 	// +optional
 	PodCIDRAllocation PodCIDRAllocation `json:"podCIDRAllocation,omitempty,omitzero"`
 }
+
+// NetworkMode says who owns a cluster's container network.
+// +kubebuilder:validation:Enum=Managed;Unmanaged
+type NetworkMode string
+
+const (
+	// NetworkManaged networks are created and deleted by CAPCT.
+	NetworkManaged NetworkMode = "Managed"
+	// NetworkUnmanaged networks exist beforehand and outlive the cluster.
+	NetworkUnmanaged NetworkMode = "Unmanaged"
+)
 
 // PodCIDRAllocation configures how CAPCT hands each node a slice of the
 // Cluster's pod network (spec.clusterNetwork.pods.cidrBlocks).

@@ -17,6 +17,10 @@ type Runtime interface {
 	// adopts an existing one whose labels contain spec.Labels. An existing
 	// network with other labels is a conflict error.
 	EnsureNetwork(ctx context.Context, spec NetworkSpec) (Network, error)
+	// InspectNetwork returns the existing network name whoever owns it, for
+	// clusters that attach to a network they do not manage. A missing
+	// network is a not-found error.
+	InspectNetwork(ctx context.Context, name string) (Network, error)
 	// DeleteNetwork removes the network. Deleting a missing network is not
 	// an error.
 	DeleteNetwork(ctx context.Context, name string) error

@@ -189,6 +189,22 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			c.Spec.Network.Name = "a/b"
 			return c
 		}, wantField: "spec.network.name"},
+		{name: "cluster network Unmanaged without a name", obj: func(n string) client.Object {
+			c := validCluster(n)
+			c.Spec.Network.Mode = infrav1.NetworkUnmanaged
+			return c
+		}, wantField: "name is required when mode is Unmanaged"},
+		{name: "cluster network mode with an unknown value", obj: func(n string) client.Object {
+			c := validCluster(n)
+			c.Spec.Network.Mode = "Borrowed"
+			return c
+		}, wantField: "spec.network.mode"},
+		{name: "cluster network mode changed", before: func(n string) client.Object { return validCluster(n) }, obj: func(n string) client.Object {
+			c := validCluster(n)
+			c.Spec.Network.Name = "shared"
+			c.Spec.Network.Mode = infrav1.NetworkUnmanaged
+			return c
+		}, wantField: "name and mode are immutable"},
 		{name: "cluster endpoint port out of range", obj: func(n string) client.Object {
 			c := validCluster(n)
 			c.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: "1.2.3.4", Port: 70000}

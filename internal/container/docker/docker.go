@@ -175,17 +175,26 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 }
 
 func (r *Runtime) adoptNetwork(ctx context.Context, spec container.NetworkSpec) (container.Network, error) {
-	ni, err := r.cli.NetworkInspect(ctx, spec.Name, network.InspectOptions{})
+	n, err := r.InspectNetwork(ctx, spec.Name)
 	if err != nil {
-		return container.Network{}, wrap("inspect", "network", spec.Name, err)
+		return container.Network{}, err
 	}
-	if ni.Name != spec.Name {
-		// NetworkInspect also matches ID prefixes.
-		return container.Network{}, container.NewError("inspect", "network", spec.Name, container.KindNotFound, errors.New("no such network"))
-	}
-	if !container.MatchesSelector(ni.Labels, spec.Labels) {
+	if !container.MatchesSelector(n.Labels, spec.Labels) {
 		return container.Network{}, container.NewError("adopt", "network", spec.Name, container.KindConflict,
-			fmt.Errorf("network %q exists with labels %v, not owned by %v", spec.Name, ni.Labels, spec.Labels))
+			fmt.Errorf("network %q exists with labels %v, not owned by %v", spec.Name, n.Labels, spec.Labels))
+	}
+	return n, nil
+}
+
+// InspectNetwork implements container.Runtime.
+func (r *Runtime) InspectNetwork(ctx context.Context, name string) (container.Network, error) {
+	ni, err := r.cli.NetworkInspect(ctx, name, network.InspectOptions{})
+	if err != nil {
+		return container.Network{}, wrap("inspect", "network", name, err)
+	}
+	if ni.Name != name {
+		// NetworkInspect also matches ID prefixes.
+		return container.Network{}, container.NewError("inspect", "network", name, container.KindNotFound, errors.New("no such network"))
 	}
 	n := container.Network{Name: ni.Name, ID: ni.ID, Labels: ni.Labels}
 	for _, c := range ni.IPAM.Config {

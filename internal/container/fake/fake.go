@@ -31,22 +31,23 @@ type Op string
 
 // Operations that FailNext can fail.
 const (
-	OpEnsureNetwork Op = "EnsureNetwork"
-	OpDeleteNetwork Op = "DeleteNetwork"
-	OpCreateMachine Op = "CreateMachine"
-	OpStart         Op = "Start"
-	OpStop          Op = "Stop"
-	OpDelete        Op = "Delete"
-	OpSignal        Op = "Signal"
-	OpInspect       Op = "Inspect"
-	OpList          Op = "List"
-	OpExec          Op = "Exec"
-	OpWriteFile     Op = "WriteFile"
-	OpReadFile      Op = "ReadFile"
-	OpImageExists   Op = "ImageExists"
-	OpSaveImages    Op = "SaveImages"
-	OpLoadImage     Op = "LoadImage"
-	OpEvents        Op = "Events"
+	OpEnsureNetwork  Op = "EnsureNetwork"
+	OpInspectNetwork Op = "InspectNetwork"
+	OpDeleteNetwork  Op = "DeleteNetwork"
+	OpCreateMachine  Op = "CreateMachine"
+	OpStart          Op = "Start"
+	OpStop           Op = "Stop"
+	OpDelete         Op = "Delete"
+	OpSignal         Op = "Signal"
+	OpInspect        Op = "Inspect"
+	OpList           Op = "List"
+	OpExec           Op = "Exec"
+	OpWriteFile      Op = "WriteFile"
+	OpReadFile       Op = "ReadFile"
+	OpImageExists    Op = "ImageExists"
+	OpSaveImages     Op = "SaveImages"
+	OpLoadImage      Op = "LoadImage"
+	OpEvents         Op = "Events"
 )
 
 // ExecHandler runs a command in a fake container. m is a snapshot of the
@@ -249,6 +250,20 @@ func (r *Runtime) overlapsLocked(p netip.Prefix) bool {
 func (r *Runtime) newID() string {
 	r.nextID++
 	return fmt.Sprintf("%064x", r.nextID)
+}
+
+// InspectNetwork implements container.Runtime.
+func (r *Runtime) InspectNetwork(ctx context.Context, name string) (container.Network, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpInspectNetwork); err != nil {
+		return container.Network{}, err
+	}
+	n, ok := r.networks[name]
+	if !ok {
+		return container.Network{}, notFound("inspect", "network", name)
+	}
+	return n.net, nil
 }
 
 // DeleteNetwork implements container.Runtime.

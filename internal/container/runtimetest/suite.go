@@ -144,6 +144,19 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, ima
 				t.Fatalf("want a conflict naming %q, got %v", e.Network.Name, err)
 			}
 		}},
+		{"InspectNetworkIgnoresOwnership", func(t *testing.T, e *Env) {
+			n, err := e.RT.InspectNetwork(Ctx(t), e.Network.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.ID != e.Network.ID || n.IPv4Subnet != e.Network.IPv4Subnet {
+				t.Fatalf("got %+v, want %+v", n, e.Network)
+			}
+			_, err = e.RT.InspectNetwork(Ctx(t), e.Network.Name+"-missing")
+			if !container.IsNotFound(err) {
+				t.Fatalf("want not-found for a missing network, got %v", err)
+			}
+		}},
 		{"CreateTwiceAdopts", func(t *testing.T, e *Env) {
 			ctx := Ctx(t)
 			a, err := e.RT.CreateMachine(ctx, e.Spec("adopt"))

@@ -156,9 +156,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	cc.Status.FailureDomains = cc.Spec.FailureDomains
 	family := lifecycle.IPFamilyOf(cluster, cc)
 	network := lifecycle.NetworkName(cluster, cc)
-	labels := container.OwnerLabels(cluster.Name, string(cluster.UID), "", "")
-	labels[container.LabelNamespace] = cluster.Namespace
-	if _, err := r.Runtime.EnsureNetwork(ctx, container.NetworkSpec{Name: network, Labels: labels, IPFamily: family}); err != nil {
+	if err := r.ensureNetwork(ctx, cluster, cc, network, family); err != nil {
 		setLoadBalancerCondition(cc, now, metav1.ConditionFalse, infrav1.FailedReason, err.Error())
 		return ctrl.Result{}, fmt.Errorf("failed to ensure network %s of ContainerCluster %s: %w", network, klog.KObj(cc), err)
 	}
@@ -206,6 +204,28 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	return ctrl.Result{RequeueAfter: orphanCheckInterval}, nil
 }
 
+// ensureNetwork creates the cluster's own network, or checks that the
+// Unmanaged network it shares exists and carries the families it needs.
+func (r *Reconciler) ensureNetwork(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster, name string, family container.IPFamily) error {
+	if cc.Spec.Network.Mode != infrav1.NetworkUnmanaged {
+		labels := container.OwnerLabels(cluster.Name, string(cluster.UID), "", "")
+		labels[container.LabelNamespace] = cluster.Namespace
+		_, err := r.Runtime.EnsureNetwork(ctx, container.NetworkSpec{Name: name, Labels: labels, IPFamily: family})
+		return err
+	}
+	n, err := r.Runtime.InspectNetwork(ctx, name)
+	if container.IsNotFound(err) {
+		return fmt.Errorf("the Unmanaged network %q does not exist; create it first or use mode Managed: %w", name, err)
+	}
+	if err != nil {
+		return err
+	}
+	if family.HasIPv4() && !n.IPv4Subnet.IsValid() || family.HasIPv6() && !n.IPv6Subnet.IsValid() {
+		return fmt.Errorf("the Unmanaged network %q (subnets %v %v) lacks a subnet for IP family %s", name, n.IPv4Subnet, n.IPv6Subnet, family)
+	}
+	return nil
+}
+
 // removeOrphans deletes the cluster's node containers whose ContainerMachine
 // no longer exists, for example after its finalizer was removed by hand.
 // Only containers carrying this cluster's UID are ever considered.
@@ -234,8 +254,8 @@ func (r *Reconciler) removeOrphans(ctx context.Context, cluster *clusterv1.Clust
 	return nil
 }
 
-// reconcileDelete removes the load balancer, then the network once no
-// machine of the cluster remains, then the finalizer.
+// reconcileDelete removes the load balancer, then the network (unless it is
+// Unmanaged) once no machine of the cluster remains, then the finalizer.
 func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (ctrl.Result, error) {
 	now := r.Clock.Now()
 	setLoadBalancerCondition(cc, now, metav1.ConditionFalse, infrav1.DeletingReason, "Deleting the load balancer")
@@ -251,9 +271,12 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Clu
 			fmt.Sprintf("Waiting for %d containers of the cluster to be deleted", len(remaining)))
 		return ctrl.Result{RequeueAfter: deletionPoll}, nil
 	}
-	network := lifecycle.NetworkName(cluster, cc)
-	if err := r.Runtime.DeleteNetwork(ctx, network); err != nil && !container.IsNotFound(err) {
-		return ctrl.Result{}, fmt.Errorf("failed to delete network %s of ContainerCluster %s: %w", network, klog.KObj(cc), err)
+	// An Unmanaged network belongs to someone else and outlives the cluster.
+	if cc.Spec.Network.Mode != infrav1.NetworkUnmanaged {
+		network := lifecycle.NetworkName(cluster, cc)
+		if err := r.Runtime.DeleteNetwork(ctx, network); err != nil && !container.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("failed to delete network %s of ContainerCluster %s: %w", network, klog.KObj(cc), err)
+		}
 	}
 	if r.Routes != nil {
 		r.Routes.ForgetCluster(cluster)

@@ -237,3 +237,60 @@ func TestOrphansAreRemovedAndNothingElse(t *testing.T) {
 		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), &infrav1.ContainerCluster{}))
 	}, 60*time.Second, 200*time.Millisecond).Should(BeTrue())
 }
+
+// TestUnmanagedNetworkIsUsedAndKept points a cluster at a network it does
+// not own, as the quickstart does with the management cluster's: the
+// cluster waits with a clear message while the network is missing, attaches
+// its load balancer once it exists, and leaves it in place on deletion.
+func TestUnmanagedNetworkIsUsedAndKept(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	name := "capct-it-" + rand.String(5)
+	shared := name + "-shared"
+	testClusters = append(testClusters, name)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "unmanaged-"}}
+	g.Expect(env.Client.Create(ctx, ns)).To(Succeed())
+	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
+		Spec: infrav1.ContainerClusterSpec{
+			LoadBalancer: infrav1.LoadBalancerSpec{Image: lbImage},
+			Network:      infrav1.NetworkSpec{Name: shared, Mode: infrav1.NetworkUnmanaged},
+		}}
+	g.Expect(env.Client.Create(ctx, cc)).To(Succeed())
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
+		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: infrav1.GroupVersion.Group, Kind: "ContainerCluster", Name: name}}}
+	g.Expect(env.Client.Create(ctx, cluster)).To(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
+		c := conditions.Get(cc, infrav1.LoadBalancerAvailableCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Message).To(ContainSubstring(fmt.Sprintf("the Unmanaged network %q does not exist", shared)))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	// Someone else's network: labels that are not this cluster's.
+	_, err := rt.EnsureNetwork(ctx, container.NetworkSpec{Name: shared, Labels: container.OwnerLabels(shared, "someone-else", "", "")})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = rt.DeleteNetwork(context.Background(), shared) })
+
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
+		g.Expect(cc.Status.Initialization.Provisioned).To(Equal(ptr.To(true)), "LoadBalancerAvailable: %v", conditions.Get(cc, infrav1.LoadBalancerAvailableCondition))
+	}, 90*time.Second, 200*time.Millisecond).Should(Succeed())
+	lb, err := rt.Inspect(ctx, loadbalancer.ContainerName(name))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(lb.Network).To(Equal(shared))
+	g.Expect(cc.Spec.ControlPlaneEndpoint.Host).To(Equal(lb.IPv4.String()))
+
+	g.Expect(env.Client.Delete(ctx, cluster)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cc), &infrav1.ContainerCluster{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
+		left, err := container.ListOwned(ctx, rt, string(cluster.UID), nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(left).To(BeEmpty())
+	}, 60*time.Second, 200*time.Millisecond).Should(Succeed())
+	_, err = rt.InspectNetwork(ctx, shared)
+	g.Expect(err).NotTo(HaveOccurred(), "the Unmanaged network was deleted with the cluster")
+}
