@@ -25,11 +25,13 @@ const (
 // variables each one must report (besides the five clusterctl fills in from
 // its own flags).
 var flavors = map[string][]string{
-	"": {"CAPCT_LB_IMAGE", "CAPCT_NODE_IMAGE", "CAPCT_NODE_MASK_SIZE", "CAPCT_POD_CIDR",
+	"": {"CAPCT_LB_IMAGE", "CAPCT_NETWORK", "CAPCT_NETWORK_MODE", "CAPCT_NODE_IMAGE", "CAPCT_NODE_MASK_SIZE", "CAPCT_POD_CIDR",
 		"CAPCT_SERVICE_CIDR", "CAPCT_SERVICE_DOMAIN"},
-	"machinepool": {"CAPCT_LB_IMAGE", "CAPCT_NODE_IMAGE", "CAPCT_NODE_MASK_SIZE", "CAPCT_POD_CIDR",
+	"machinepool": {"CAPCT_LB_IMAGE", "CAPCT_NETWORK", "CAPCT_NETWORK_MODE", "CAPCT_NODE_IMAGE", "CAPCT_NODE_MASK_SIZE", "CAPCT_POD_CIDR",
 		"CAPCT_SERVICE_CIDR", "CAPCT_SERVICE_DOMAIN"},
-	"dualstack": {"CAPCT_LB_IMAGE", "CAPCT_NODE_IMAGE", "CAPCT_NODE_MASK_SIZE", "CAPCT_NODE_MASK_SIZE_IPV6",
+	"quickstart": {"CAPCT_LB_IMAGE", "CAPCT_NETWORK", "CAPCT_NETWORK_MODE", "CAPCT_NODE_IMAGE", "CAPCT_NODE_MASK_SIZE", "CAPCT_POD_CIDR",
+		"CAPCT_SERVICE_CIDR", "CAPCT_SERVICE_DOMAIN"},
+	"dualstack": {"CAPCT_LB_IMAGE", "CAPCT_NETWORK", "CAPCT_NETWORK_MODE", "CAPCT_NODE_IMAGE", "CAPCT_NODE_MASK_SIZE", "CAPCT_NODE_MASK_SIZE_IPV6",
 		"CAPCT_POD_CIDR", "CAPCT_POD_CIDR_IPV6", "CAPCT_SERVICE_CIDR", "CAPCT_SERVICE_CIDR_IPV6", "CAPCT_SERVICE_DOMAIN"},
 	"topology": {"CAPCT_LB_IMAGE", "CAPCT_NODE_IMAGE_REPOSITORY", "CAPCT_NODE_MASK_SIZE", "CAPCT_POD_CIDR",
 		"CAPCT_SERVICE_CIDR", "CAPCT_SERVICE_DOMAIN"},
@@ -243,13 +245,15 @@ func TestGenerateCluster(t *testing.T) {
 	t.Run("overrides", func(t *testing.T) {
 		c := newClusterctl(t, map[string]string{
 			"CAPCT_NODE_IMAGE": "example.com/node:custom", "CAPCT_NODE_MASK_SIZE": "26", "CAPCT_POD_CIDR": "10.10.0.0/16",
+			"CAPCT_NETWORK": "capct-mgmt", "CAPCT_NETWORK_MODE": "Unmanaged",
 		})
 		tmpl, err := generate(ctx, c, "", kc)
 		if err != nil {
 			t.Fatal(err)
 		}
 		raw, _ := tmpl.Yaml()
-		for _, want := range []string{"image: example.com/node:custom", "nodeMaskSizeIPv4: 26", "- 10.10.0.0/16"} {
+		for _, want := range []string{"image: example.com/node:custom", "nodeMaskSizeIPv4: 26", "- 10.10.0.0/16",
+			"name: capct-mgmt", "mode: Unmanaged"} {
 			if !strings.Contains(string(raw), want) {
 				t.Errorf("rendered template lacks %q", want)
 			}
