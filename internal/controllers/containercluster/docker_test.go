@@ -3,7 +3,9 @@ package containercluster_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -155,6 +157,17 @@ func TestControlPlaneMachineOnDocker(t *testing.T) {
 	lb, err := rt.Inspect(ctx, lbName)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(lb.State).To(Equal(container.StateRunning), "HAProxy must survive the reload")
+	// HAProxy keeps running its old configuration when it cannot load a new
+	// one, so ask the running process, through its stats page, whether it
+	// knows the backend.
+	g.Eventually(func(g Gomega) {
+		resp, err := http.Get(fmt.Sprintf("http://%s/stats;csv", net.JoinHostPort(lb.IPv4.String(), "8404")))
+		g.Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = resp.Body.Close() }()
+		body, err := io.ReadAll(resp.Body)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(body)).To(ContainSubstring("kube-apiservers,cp-0,"), "HAProxy did not load the configuration with the machine")
+	}, 30*time.Second, 500*time.Millisecond).Should(Succeed())
 	addr := fmt.Sprintf("127.0.0.1:%d", cc.Status.LoadBalancer.HostPort)
 	g.Eventually(func() error {
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
