@@ -156,11 +156,20 @@ type executor struct {
 
 // prepare waits for the node's init system to finish starting services
 // (containerd among them), so that kubeadm does not run before its runtime
-// is up (CAPI#2223); images without systemd go straight on. It also makes
-// the sentinel's folder: /run is a fresh tmpfs in a node container, where
-// cloud-init would have made it.
-var prepare = []string{"/bin/sh", "-c", "mkdir -p /run/cluster-api; " +
-	"if command -v systemctl >/dev/null 2>&1; then systemctl is-system-running --wait >/dev/null 2>&1 || true; fi"}
+// is up (CAPI#2223); images without systemd go straight on. Right after the
+// container starts, systemctl cannot reach systemd yet and `--wait` returns
+// at once ("offline"), so it is asked again each second until boot is over
+// (running, or degraded when some unit failed), for at most five minutes.
+// It also makes the sentinel's folder: /run is a fresh tmpfs in a node
+// container, where cloud-init would have made it.
+var prepare = []string{"/bin/sh", "-c", `mkdir -p /run/cluster-api
+command -v systemctl >/dev/null 2>&1 || exit 0
+i=0
+while [ $i -lt 300 ]; do
+  case "$(systemctl is-system-running --wait 2>/dev/null)" in running|degraded) exit 0 ;; esac
+  i=$((i + 1))
+  sleep 1
+done`}
 
 func (e *executor) run(ctx context.Context) error {
 	if err := e.exec(ctx, "prepare for bootstrap", prepare, nil); err != nil {
