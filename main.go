@@ -281,6 +281,7 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	}
 	if err := (&controllers.ContainerMachineReconciler{
 		Client: mgr.GetClient(), Runtime: runtime, ClusterCache: clusterCache, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM,
+		MachinePools: feature.Gates.Enabled(feature.MachinePool),
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}

@@ -58,6 +58,9 @@ type ContainerMachineReconciler struct {
 	WatchFilterValue string
 	// NodeIPAM is CAPCT's node IPAM; nil turns it off.
 	NodeIPAM *nodeipam.Assigner
+	// MachinePools makes the controller watch MachinePools for their
+	// machines' bootstrap data; set it when the MachinePool gate is on.
+	MachinePools bool
 }
 
 // SetupWithManager sets up the reconciler with the manager.
@@ -68,6 +71,7 @@ func (r *ContainerMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 		ClusterCache:     r.ClusterCache,
 		Clock:            r.Clock,
 		WatchFilterValue: r.WatchFilterValue,
+		MachinePools:     r.MachinePools,
 	}
 	if r.NodeIPAM != nil {
 		rec.PodCIDRs = r.NodeIPAM

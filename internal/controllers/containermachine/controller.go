@@ -9,10 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/finalizers"
+	"sigs.k8s.io/cluster-api/util/labels/format"
 	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
@@ -24,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -55,6 +58,10 @@ type Reconciler struct {
 	// WatchFilterValue limits the controller to objects with this
 	// cluster.x-k8s.io/watch-filter label value.
 	WatchFilterValue string
+	// MachinePools makes the controller watch MachinePools, whose bootstrap
+	// data their ContainerMachines run. Set it when the MachinePool feature
+	// gate is on (the MachinePool CRD must exist).
+	MachinePools bool
 
 	lifecycle   *lifecycle.Machine
 	termination *lifecycle.Termination
@@ -99,7 +106,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return r.pumpContainerEvents(ctx) })); err != nil {
 		return fmt.Errorf("failed to add the container event stream: %w", err)
 	}
-	err = ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&infrav1.ContainerMachine{}).
 		WithOptions(options).
 		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
@@ -108,12 +115,51 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Watches(&clusterv1.Cluster{},
 			handler.EnqueueRequestsFromMapFunc(clusterToMachines),
 			builder.WithPredicates(predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), log))).
-		WatchesRawSource(source.Channel(r.wakeups, &handler.EnqueueRequestForObject{})).
-		Complete(r)
+		WatchesRawSource(source.Channel(r.wakeups, &handler.EnqueueRequestForObject{}))
+	if r.MachinePools {
+		// A pool's machines wait for the bootstrap data the bootstrap
+		// provider writes to the MachinePool, usually after they exist.
+		b = b.Watches(&clusterv1.MachinePool{},
+			handler.EnqueueRequestsFromMapFunc(r.machinePoolToContainerMachines),
+			builder.WithPredicates(bootstrapDataChanged))
+	}
+	err = b.Complete(r)
 	if err != nil {
 		return fmt.Errorf("failed to set up the ContainerMachine controller: %w", err)
 	}
 	return nil
+}
+
+// machinePoolToContainerMachines maps a MachinePool to the ContainerMachines
+// of its pool.
+func (r *Reconciler) machinePoolToContainerMachines(ctx context.Context, o client.Object) []reconcile.Request {
+	machines := &infrav1.ContainerMachineList{}
+	if err := r.Client.List(ctx, machines, client.InNamespace(o.GetNamespace()),
+		client.MatchingLabels{clusterv1.MachinePoolNameLabel: format.MustFormatValue(o.GetName())}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to list the ContainerMachines of a MachinePool", "MachinePool", klog.KObj(o))
+		return nil
+	}
+	requests := make([]reconcile.Request, 0, len(machines.Items))
+	for _, m := range machines.Items {
+		requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&m)})
+	}
+	return requests
+}
+
+// bootstrapDataChanged passes MachinePool events that can matter to their
+// machines' bootstrap: a new pool, and a change of its bootstrap data
+// Secret. The pool's frequent status updates are dropped.
+var bootstrapDataChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		oldPool, okOld := e.ObjectOld.(*clusterv1.MachinePool)
+		newPool, okNew := e.ObjectNew.(*clusterv1.MachinePool)
+		if !okOld || !okNew {
+			return false
+		}
+		return !ptr.Equal(oldPool.Spec.Template.Spec.Bootstrap.DataSecretName, newPool.Spec.Template.Spec.Bootstrap.DataSecretName)
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
 // Reconcile fetches the ContainerMachine and its owners, then runs the

@@ -66,6 +66,6 @@ func SetupProvider(ctx context.Context, mgr ctrl.Manager, rt container.Runtime, 
 		return err
 	}
 	return (&containermachine.Reconciler{
-		Client: mgr.GetClient(), Runtime: rt, ClusterCache: clusterCache, WorkloadClient: workload,
+		Client: mgr.GetClient(), Runtime: rt, ClusterCache: clusterCache, WorkloadClient: workload, MachinePools: true,
 	}).SetupWithManager(ctx, mgr, Options())
 }

@@ -11,9 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/labels/format"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 )
@@ -57,6 +59,42 @@ func TestScaleUpDownAndDelete(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestBootstrapDataArrivesAfterTheMachines creates the pool's machines
+// before the MachinePool has bootstrap data, as with a KubeadmConfig that
+// the bootstrap provider has not rendered yet: once the data Secret is set
+// on the MachinePool, the waiting machines go on at once.
+func TestBootstrapDataArrivesAfterTheMachines(t *testing.T) {
+	startStack(t)
+	f := newFixture(t, 0, expinfrav1.RollingUpdate{})
+	ctx := ctxT(t)
+	setDataSecret := func(name *string) {
+		mp := &clusterv1.MachinePool{}
+		must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(f.mp), mp))
+		before := mp.DeepCopy()
+		mp.Spec.Template.Spec.Bootstrap.DataSecretName = name
+		must(t, env.Client.Patch(ctx, mp, client.MergeFrom(before)))
+	}
+	// Empty, as the API requires some bootstrap: CAPCT treats it as none yet.
+	setDataSecret(ptr.To(""))
+	f.scale(2)
+	eventually(t, settle, "2 machines waiting for bootstrap data", func() error {
+		s := f.state()
+		if len(s.cms) != 2 {
+			return fmt.Errorf("%d ContainerMachines", len(s.cms))
+		}
+		for _, cm := range s.cms {
+			if c := conditions.Get(&cm, infrav1.LaunchedCondition); c == nil || c.Reason != infrav1.WaitingForBootstrapDataReason {
+				return fmt.Errorf("ContainerMachine %s: Launched %v", cm.Name, c)
+			}
+		}
+		return nil
+	})
+	setDataSecret(ptr.To("bootstrap"))
+	// Well under the controllers' error backoff and resync: only the
+	// MachinePool watch brings the machines back this soon.
+	eventually(t, 20*time.Second, "2 provisioned replicas", f.settled(2))
 }
 
 // TestDeleteMachineAnnotationFirst annotates two Machines of five and scales

@@ -234,7 +234,7 @@ func startStack(t *testing.T) *stack {
 		func() error {
 			// The envtest API server plays the workload cluster.
 			workload := func(context.Context, client.ObjectKey) (client.Client, error) { return env.Client, nil }
-			return (&containermachine.Reconciler{Client: mgr.GetClient(), Runtime: rt, ClusterCache: clusterCache, WorkloadClient: workload}).SetupWithManager(ctx, mgr, options)
+			return (&containermachine.Reconciler{Client: mgr.GetClient(), Runtime: rt, ClusterCache: clusterCache, WorkloadClient: workload, MachinePools: true}).SetupWithManager(ctx, mgr, options)
 		},
 		func() error {
 			return (&containermachinepool.Reconciler{Client: s.writes.wrap(mgr.GetClient()), APIReader: mgr.GetAPIReader(), Runtime: rt}).SetupWithManager(ctx, mgr, options)
