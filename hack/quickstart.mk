@@ -29,3 +29,16 @@ quickstart-mgmt-down: ## Remove the management cluster's container, network and 
 .PHONY: quickstart-cert-manager
 quickstart-cert-manager: ## Build cert-manager's three binaries and images from hack/tools/certmanager, and its manifest
 	hack/quickstart/build-cert-manager.sh
+
+.PHONY: quickstart
+quickstart: ## Offline: management cluster, clusterctl init, workload cluster "demo" of 5 container nodes, traffic checks
+	QUICKSTART_VERSION=$(QUICKSTART_VERSION) hack/quickstart/quickstart.sh up
+
+.PHONY: quickstart-down
+quickstart-down: ## Delete "demo" through the management cluster, then the management cluster; fail if anything is left
+	QUICKSTART_VERSION=$(QUICKSTART_VERSION) hack/quickstart/quickstart.sh down
+
+.PHONY: test-quickstart
+test-quickstart: ## The whole quickstart non-interactively: up, scale MD 2->3 and MP 2->1, down, nothing left
+	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-qstest QUICKSTART_CLUSTER=qstest \
+		QUICKSTART_OUT=$(CURDIR)/out/quickstart-test hack/quickstart/quickstart.sh test

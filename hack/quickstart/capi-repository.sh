@@ -102,6 +102,11 @@ EXP_MACHINE_POOL: "true"
 KUBERNETES_VERSION: ${KUBERNETES_VERSION:-v1.35.4}
 CAPCT_NODE_IMAGE: ${NODE_IMAGE:-capct/node:v1.35.4}
 CAPCT_LB_IMAGE: ${LB_IMAGE:-capct/haproxy:2.6}
+# Workload clusters join the management cluster's network (Unmanaged: CAPCT
+# neither owns nor deletes it), so that the controllers in the management
+# node reach their load balancers; Docker isolates bridge networks.
+CAPCT_NETWORK: ${MGMT_NAME:-capct-mgmt}
+CAPCT_NETWORK_MODE: Unmanaged
 CLUSTER_TOPOLOGY: "true"
 YAML
 mv "$QS_OUT/clusterctl.yaml.tmp" "$QS_OUT/clusterctl.yaml"

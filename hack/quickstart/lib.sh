@@ -14,7 +14,13 @@ qs_step_start=$SECONDS
 qs_step_name=""
 
 log() { echo "$qs_name: $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+die() {
+  log "ERROR: $*"
+  [[ $BASHPID == "$$" ]] || exit 1 # in a subshell: the main shell reports
+  trap - ERR
+  if declare -F diagnose >/dev/null; then diagnose || true; fi
+  exit 1
+}
 step() { # step NAME: starts timing a step (ending the previous one)
   end_step
   qs_step_name=$1
@@ -29,12 +35,17 @@ end_step() {
 }
 finish() { end_step; log "done in $((SECONDS - qs_start))s"; }
 hash_of() { sha256sum | cut -c1-16; }
-# on_error: says which step failed (installed as the ERR trap)
+# on_error: says which step failed (installed as the ERR trap), after the
+# script's own diagnose function when it defines one.
 on_error() {
   local rc=$?
+  [[ $BASHPID == "$$" ]] || exit "$rc" # in a subshell: the main shell reports
+  trap - ERR
+  if declare -F diagnose >/dev/null; then diagnose || true; fi
   log "FAILED in step '${qs_step_name:-?}' (exit $rc) after $((SECONDS - qs_start))s"
   exit "$rc"
 }
+set -o errtrace # the ERR trap also fires inside functions
 trap on_error ERR
 
 # image_label IMAGE LABEL: prints the label's value, empty when the image or label is missing

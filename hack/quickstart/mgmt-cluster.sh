@@ -9,7 +9,7 @@
 #   mgmt-cluster.sh down    remove its container, network and /var volume
 #
 # The node: container and hostname capct-mgmt on its own bridge network
-# capct-mgmt, everything labelled io.x-k8s.capct.quickstart=true, the API
+# capct-mgmt, everything labelled io.x-k8s.capct.quickstart=<name>, the API
 # server published on 127.0.0.1:<MGMT_API_PORT, default a free port>;
 # kubeadm settings of docs/node-image.md; a bridge CNI conflist for its
 # pod CIDR 10.244.0.0/24 (podSubnet 10.244.0.0/16); the control-plane taint
@@ -26,7 +26,7 @@ node=${MGMT_NAME:-capct-mgmt}
 network=$node
 node_image=${NODE_IMAGE:-capct/node:v1.35.4}
 k8s_version=${node_image##*:}
-label="$QS_LABEL=true"
+label="$QS_LABEL=$node" # per management cluster, so that down removes only its own
 kubeconfig="$QS_OUT/management.kubeconfig"
 kubectl_in_node=(docker exec "$node" kubectl --kubeconfig=/etc/kubernetes/admin.conf)
 

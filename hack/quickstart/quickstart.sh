@@ -1,0 +1,366 @@
+#!/usr/bin/env bash
+# The quickstart (docs/quickstart.md), offline, in one command:
+#
+#   quickstart.sh up     build what is missing, boot the management cluster,
+#                        `clusterctl init --infrastructure container`, create
+#                        the workload cluster "demo" (1 control plane, 2
+#                        MachineDeployment and 2 MachinePool workers), wait for
+#                        every node Ready printing machine phases, then prove
+#                        pod-to-pod traffic across workers and through a Service
+#   quickstart.sh down   delete "demo" through the management cluster (CAPCT's
+#                        deletion path), remove the management cluster, and
+#                        fail if anything CAPCT labels is left
+#   quickstart.sh test   up, scale the MachineDeployment 2->3 and the
+#                        MachinePool 2->1, down (make test-quickstart)
+#   quickstart.sh diagnose  the conditions and controller logs it prints on failure
+#
+# Every step is cached: a second `up` rebuilds nothing and reuses the running
+# clusters. On failure it names the step, prints the cluster's conditions and
+# the controllers' last log lines, and leaves everything for inspection.
+#
+# Environment: QUICKSTART_CLUSTER (demo), QUICKSTART_TIMEOUT (seconds to wait
+# for nodes, 900), QUICKSTART_VERSION (CAPCT's, v0.1.0), KUBERNETES_VERSION
+# (v1.35.4), MGMT_NAME (capct-mgmt), MGMT_API_PORT.
+set -euo pipefail
+# shellcheck source=hack/quickstart/lib.sh
+source "$(dirname "$0")/lib.sh"
+
+here=$(cd "$(dirname "$0")" && pwd)
+cluster=${QUICKSTART_CLUSTER:-demo}
+namespace=default
+k8s_version=${KUBERNETES_VERSION:-v1.35.4}
+node_image=${NODE_IMAGE:-capct/node:$k8s_version}
+timeout=${QUICKSTART_TIMEOUT:-900}
+workers=2
+mgmt_kubeconfig=$QS_OUT/management.kubeconfig
+kubeconfig=$QS_OUT/$cluster.kubeconfig
+clusterctl=$QS_CACHE/bin/clusterctl-$CAPI_VERSION
+kubectl=$QS_CACHE/bin/kubectl-$k8s_version
+probe_image=capct/busybox:quickstart
+export CLUSTERCTL_DISABLE_VERSIONCHECK=true # there is no GitHub to ask
+export QUICKSTART_VERSION=${QUICKSTART_VERSION:-v0.1.0}
+
+kmgmt() { "$kubectl" --kubeconfig "$mgmt_kubeconfig" "$@"; }
+kwl() { "$kubectl" --kubeconfig "$kubeconfig" "$@"; }
+elapsed() { printf '%4ds' $((SECONDS - qs_start)); }
+
+# ---- memory ----
+
+# The peak of the host's used memory (MemTotal - MemAvailable) while the
+# script runs, sampled every 2 s by a background loop.
+mem_file=""
+start_memory_sampler() {
+  mem_file=$(mktemp)
+  used_mib >"$mem_file.base"
+  (
+    peak=0
+    while sleep 2; do
+      m=$(used_mib)
+      if ((m > peak)); then peak=$m && echo "$peak" >"$mem_file"; fi
+    done
+  ) &
+  mem_pid=$!
+  trap 'kill "$mem_pid" 2>/dev/null || true; rm -f "$mem_file" "$mem_file.base"' EXIT
+}
+used_mib() { awk '/^MemTotal:/ {t=$2} /^MemAvailable:/ {a=$2} END {print int((t - a) / 1024)}' /proc/meminfo; }
+report_memory() {
+  log "peak host memory in use: $(cat "$mem_file" 2>/dev/null || used_mib) MiB (before the run: $(cat "$mem_file.base") MiB)"
+}
+
+# ---- up ----
+
+prerequisites() {
+  step "prerequisites: Docker, node and LB images, kubectl"
+  "$QS_ROOT/hack/ensure-docker.sh" >&2
+  KUBERNETES_VERSION=$k8s_version NODE_IMAGE=$node_image "$QS_ROOT/hack/node-image/build-node-image.sh" node >/dev/null
+  "$QS_ROOT/hack/node-image/build-node-image.sh" lb >/dev/null
+  if [[ ! -x "$kubectl" ]]; then
+    # the node image's kubectl, version-stamped by its build; the host may have none
+    local id
+    id=$(docker create "$node_image")
+    mkdir -p "$(dirname "$kubectl")"
+    docker cp "$id:/usr/bin/kubectl" "$kubectl.tmp" >/dev/null
+    docker rm "$id" >/dev/null
+    mv "$kubectl.tmp" "$kubectl"
+  fi
+  log "$node_image, $("$kubectl" version --client -o json | jq -r .clientVersion.gitVersion) kubectl"
+}
+
+controller_images() {
+  step "controller images: CAPCT, Cluster API $CAPI_VERSION, cert-manager"
+  make --no-print-directory -C "$QS_ROOT" docker-build QUICKSTART_VERSION="$QUICKSTART_VERSION" >&2
+  "$here/build-capi-images.sh"
+  "$here/build-cert-manager.sh"
+  "$here/capi-repository.sh"
+}
+
+init_providers() {
+  step "clusterctl init --infrastructure container"
+  if kmgmt get providers.clusterctl.cluster.x-k8s.io -A -o name 2>/dev/null | grep -q infrastructure-container; then
+    log "already initialised; reusing it"
+    return
+  fi
+  "$clusterctl" init --infrastructure container --config "$QS_OUT/clusterctl.yaml" \
+    --kubeconfig "$mgmt_kubeconfig" --wait-providers >&2
+}
+
+create_cluster() {
+  step "clusterctl generate cluster $cluster --flavor quickstart"
+  if kmgmt get cluster "$cluster" -n "$namespace" >/dev/null 2>&1; then
+    log "Cluster $cluster exists; reusing it"
+    return
+  fi
+  "$clusterctl" generate cluster "$cluster" --infrastructure container --flavor quickstart \
+    --kubernetes-version "$k8s_version" --control-plane-machine-count 1 --worker-machine-count "$workers" \
+    --target-namespace "$namespace" --config "$QS_OUT/clusterctl.yaml" --kubeconfig "$mgmt_kubeconfig" \
+    >"$QS_OUT/$cluster.yaml"
+  kmgmt apply -f "$QS_OUT/$cluster.yaml" >&2
+  log "applied $QS_OUT/$cluster.yaml"
+}
+
+# print_phases: one line for every ContainerMachine whose phase changed since
+# the last call. The phase is the last lifecycle condition that is True; a
+# failed machine ends the wait, since CAPCT does not retry a failed phase.
+declare -A last_phase=()
+print_phases() {
+  local name phase
+  while IFS=$'\t' read -r name phase; do
+    [[ -n "$name" && "${last_phase[$name]:-}" != "$phase" ]] || continue
+    log "$(elapsed)  ContainerMachine $name: $phase"
+    last_phase[$name]=$phase
+    [[ "$phase" != Failed* ]] || die "ContainerMachine $name failed"
+  done < <(kmgmt get containermachines -n "$namespace" -l "cluster.x-k8s.io/cluster-name=$cluster" -o json 2>/dev/null | jq -r '
+    ["Launched", "Bootstrapped", "Registered", "Initialized"] as $order
+    | .items[]
+    | (.status.conditions // []) as $c
+    | [.metadata.name,
+       (if .metadata.deletionTimestamp then "Deleting"
+        elif .status.phase == "Failed" then
+          "Failed: " + ([$c[] | select(.type == "Ready") | .message][0] // "" | gsub("\\s+"; " ") | .[0:300])
+        else ([$order[] as $t | select(any($c[]; .type == $t and .status == "True")) | $t] | last) // "Pending"
+        end)]
+    | @tsv')
+}
+
+fetch_kubeconfig() {
+  [[ -s "$kubeconfig" ]] && return
+  "$clusterctl" get kubeconfig "$cluster" -n "$namespace" --kubeconfig "$mgmt_kubeconfig" >"$kubeconfig.tmp" 2>/dev/null || return 1
+  chmod 600 "$kubeconfig.tmp"
+  mv "$kubeconfig.tmp" "$kubeconfig"
+  log "$(elapsed)  wrote $kubeconfig"
+}
+
+# nodes_ready MD MP: true when the workload cluster has exactly 1 control
+# plane, MD MachineDeployment and MP MachinePool nodes, all Ready.
+last_nodes=""
+nodes_ready() {
+  local want_md=$1 want_mp=$2 counts
+  fetch_kubeconfig || return 1
+  counts=$(kwl get nodes --request-timeout=10s -o json 2>/dev/null | jq -r '
+    def ready: any(.status.conditions[]; .type == "Ready" and .status == "True");
+    def count(f): [.items[] | select(f)] | length;
+    "\(count(ready)) \(.items | length) \(count(.metadata.name | test("-md-0-"))) \(count(.metadata.name | test("-mp-0-")))"') || return 1
+  if [[ "$counts" != "$last_nodes" ]]; then
+    read -r r t md mp <<<"$counts"
+    log "$(elapsed)  nodes: $r of $t Ready ($md MachineDeployment, $mp MachinePool)"
+    last_nodes=$counts
+  fi
+  [[ "$counts" == "$((1 + want_md + want_mp)) $((1 + want_md + want_mp)) $want_md $want_mp" ]]
+}
+
+# wait_for_nodes MD MP: waits for nodes_ready, printing machine phases.
+wait_for_nodes() {
+  local deadline=$((SECONDS + timeout))
+  until nodes_ready "$1" "$2"; do
+    print_phases
+    ((SECONDS < deadline)) || die "timed out after ${timeout}s waiting for 1+$1+$2 Ready nodes"
+    sleep 2
+  done
+  print_phases
+}
+
+# load_probe_image NODE...: the probe pods' image, busybox from the host, put
+# into the nodes' containerd (no registry to pull it from).
+load_probe_image() {
+  local key ctx node
+  key=$(sha256sum /bin/busybox | hash_of)
+  if [[ "$(image_label "$probe_image" io.capct.quickstart.inputs)" != "$key" ]]; then
+    ctx=$(mktemp -d)
+    cp /bin/busybox "$ctx/busybox"
+    printf 'FROM scratch\nCOPY busybox /bin/busybox\nLABEL io.capct.quickstart.inputs="%s"\nENTRYPOINT ["/bin/busybox"]\n' "$key" >"$ctx/Dockerfile"
+    docker build -q -t "$probe_image" "$ctx" >/dev/null
+    rm -rf "$ctx"
+  fi
+  for node in "$@"; do
+    docker save "$probe_image" | docker exec -i "$node" ctr -n k8s.io images import - >/dev/null
+  done
+}
+
+# http_get HOST PORT: the body's last line of GET / from the client pod.
+# Through nc: Debian's static busybox wget crashes in glibc's resolver.
+http_get() {
+  kwl exec qs-client -- busybox sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | busybox nc -w 5 $1 $2" | tail -n 1 | tr -d '\r'
+}
+
+# prove: a pod on a MachineDeployment worker answers a pod on a MachinePool
+# worker by pod IP (node IPAM's routes) and through a Service (kube-proxy,
+# CoreDNS).
+prove() {
+  step "prove: pod to pod across workers, and through a Service"
+  local server_node client_node server_ip want got
+  server_node=$(kwl get nodes -o name | sed -n 's|^node/\(.*-md-0-.*\)|\1|p' | head -1)
+  client_node=$(kwl get nodes -o name | sed -n 's|^node/\(.*-mp-0-.*\)|\1|p' | head -1)
+  [[ -n "$server_node" && -n "$client_node" ]] || die "no MachineDeployment or MachinePool node to run the probe pods on"
+  load_probe_image "$server_node" "$client_node"
+  kwl delete pod qs-server qs-client --ignore-not-found --wait >/dev/null
+  kwl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: qs-server
+  labels: {app: qs-server}
+spec:
+  nodeName: $server_node
+  containers:
+  - name: httpd
+    image: $probe_image
+    imagePullPolicy: Never
+    command: [/bin/busybox, sh, -c, 'mkdir -p /www && echo "hello from \$(busybox hostname) on $server_node" > /www/index.html && exec busybox httpd -f -p 8080 -h /www']
+    ports: [{containerPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: qs-server
+spec:
+  selector: {app: qs-server}
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: qs-client
+spec:
+  nodeName: $client_node
+  containers:
+  - name: client
+    image: $probe_image
+    imagePullPolicy: Never
+    command: [/bin/busybox, sleep, "3600"]
+YAML
+  kwl wait --for=condition=Ready pod/qs-server pod/qs-client --timeout=120s >/dev/null
+  server_ip=$(kwl get pod qs-server -o jsonpath='{.status.podIP}')
+  want="hello from qs-server on $server_node"
+  got=$(http_get "$server_ip" 8080)
+  [[ "$got" == "$want" ]] || die "pod on $client_node got '$got' from $server_ip:8080, want '$want'"
+  log "pod qs-client on $client_node -> pod qs-server $server_ip:8080 on $server_node: '$got'"
+  got=$(http_get qs-server.default.svc.cluster.local 80)
+  [[ "$got" == "$want" ]] || die "the Service qs-server answered '$got', want '$want'"
+  log "pod qs-client -> Service qs-server.default.svc.cluster.local:80: '$got'"
+  kwl delete pod qs-server qs-client --wait=false >/dev/null
+  kwl delete service qs-server >/dev/null
+}
+
+up() {
+  start_memory_sampler
+  prerequisites
+  controller_images
+  step "management cluster"
+  QS_NAME=mgmt-cluster "$here/mgmt-cluster.sh" up
+  init_providers
+  create_cluster
+  step "wait for 1 + $workers + $workers nodes Ready"
+  wait_for_nodes "$workers" "$workers"
+  prove
+  end_step
+  log "workload cluster $cluster is up; kubeconfig: $kubeconfig"
+  log "management cluster kubeconfig: $mgmt_kubeconfig"
+  kwl get nodes -o wide >&2
+  report_memory
+  finish
+}
+
+# ---- down ----
+
+# leftovers: what CAPCT labelled for this cluster, or the quickstart for
+# this management cluster, and is still there.
+leftovers() {
+  local label
+  for label in "io.x-k8s.capct.cluster=$cluster" "$QS_LABEL=${MGMT_NAME:-capct-mgmt}"; do
+    docker ps -aq --filter "label=$label" | sed 's/^/container /'
+    docker network ls -q --filter "label=$label" | sed 's/^/network /'
+    docker volume ls -q --filter "label=$label" | sed 's/^/volume /'
+  done
+}
+
+down() {
+  step "delete Cluster $cluster through the management cluster"
+  local deleted=true
+  if [[ -s "$mgmt_kubeconfig" ]] && kmgmt get cluster "$cluster" -n "$namespace" >/dev/null 2>&1; then
+    if ! kmgmt delete cluster "$cluster" -n "$namespace" --timeout="${timeout}s" >&2; then
+      deleted=false
+      log "deleting Cluster $cluster did not finish; removing the management cluster anyway"
+    fi
+  else
+    log "no management cluster or no Cluster $cluster; nothing to delete through it"
+  fi
+  rm -f "$kubeconfig" "$QS_OUT/$cluster.yaml"
+  end_step
+  QS_NAME=mgmt-cluster "$here/mgmt-cluster.sh" down
+
+  step "check that nothing CAPCT labelled for $cluster, or the quickstart for ${MGMT_NAME:-capct-mgmt}, is left"
+  local left
+  left=$(leftovers)
+  if [[ -n "$left" ]]; then
+    log "left behind:"
+    echo "$left" >&2
+    echo "$left" | awk '$1 == "container" {print $2}' | xargs -r docker rm -f -v >/dev/null
+    echo "$left" | awk '$1 == "network" {print $2}' | xargs -r docker network rm >/dev/null
+    echo "$left" | awk '$1 == "volume" {print $2}' | xargs -r docker volume rm >/dev/null
+    die "CAPCT's deletion left the objects above (now removed)"
+  fi
+  $deleted || die "deleting Cluster $cluster through the management cluster failed"
+  log "nothing left"
+  finish
+}
+
+# ---- test ----
+
+test_flow() {
+  up
+  qs_start=$SECONDS
+  step "scale MachineDeployment $cluster-md-0 2->3 and MachinePool $cluster-mp-0 2->1"
+  kmgmt scale machinedeployment "$cluster-md-0" -n "$namespace" --replicas=3 >&2
+  kmgmt scale machinepool "$cluster-mp-0" -n "$namespace" --replicas=1 >&2
+  wait_for_nodes 3 1
+  end_step
+  down
+}
+
+# diagnose: what failed, for the ERR trap and die (lib.sh).
+diagnose() {
+  [[ -s "$mgmt_kubeconfig" && -x "$kubectl" ]] || return 0
+  log "---- diagnostics; everything is left in place ('make quickstart-down' removes it)"
+  if kmgmt get cluster "$cluster" -n "$namespace" >/dev/null 2>&1; then
+    "$clusterctl" describe cluster "$cluster" -n "$namespace" --kubeconfig "$mgmt_kubeconfig" --show-conditions all >&2 || true
+    kmgmt get containermachines -n "$namespace" -o json | jq -r '
+      .items[] | select(.status.phase != "Running")
+      | "ContainerMachine \(.metadata.name) (\(.status.phase // "Pending")):",
+        ((.status.conditions // [])[] | select(.status != "True") | "  \(.type)=\(.status) \(.reason): \(.message // "")")' >&2 || true
+  fi
+  local d
+  for d in capct-system/capct-controller-manager capi-system/capi-controller-manager \
+    capi-kubeadm-control-plane-system/capi-kubeadm-control-plane-controller-manager \
+    capi-kubeadm-bootstrap-system/capi-kubeadm-bootstrap-controller-manager; do
+    log "---- last log lines of $d"
+    kmgmt logs -n "${d%%/*}" "deploy/${d#*/}" --tail=15 2>&1 | cut -c1-400 >&2 || true
+  done
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  test) test_flow ;;
+  diagnose) diagnose ;;
+  *) echo "usage: $0 up|down|test|diagnose" >&2; exit 2 ;;
+esac
