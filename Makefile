@@ -55,11 +55,12 @@ verify: generate ## Fail when generated files are stale, code is not gofmt'd, or
 ## Test
 
 .PHONY: test
-test: ## Run every test: unit, envtest, Docker, fuzz seeds and the node images (sets up Docker and envtest itself)
+test: ## Run every test: unit, envtest, Docker, fuzz seeds, the node images and the whole quickstart (sets up Docker and envtest itself)
 	$(MAKE) verify
 	$(MAKE) test-go
 	$(MAKE) test-fuzz
 	$(MAKE) test-node-image
+	$(MAKE) test-quickstart
 
 .PHONY: test-go
 test-go: ## Run the Go tests against a real API server and Docker engine

@@ -18,7 +18,7 @@ die() {
   log "ERROR: $*"
   [[ $BASHPID == "$$" ]] || exit 1 # in a subshell: the main shell reports
   trap - ERR
-  if declare -F diagnose >/dev/null; then diagnose || true; fi
+  if declare -F on_failure >/dev/null; then on_failure || true; fi
   exit 1
 }
 step() { # step NAME: starts timing a step (ending the previous one)
@@ -36,12 +36,12 @@ end_step() {
 finish() { end_step; log "done in $((SECONDS - qs_start))s"; }
 hash_of() { sha256sum | cut -c1-16; }
 # on_error: says which step failed (installed as the ERR trap), after the
-# script's own diagnose function when it defines one.
+# script's own on_failure function when it defines one.
 on_error() {
   local rc=$?
   [[ $BASHPID == "$$" ]] || exit "$rc" # in a subshell: the main shell reports
   trap - ERR
-  if declare -F diagnose >/dev/null; then diagnose || true; fi
+  if declare -F on_failure >/dev/null; then on_failure || true; fi
   log "FAILED in step '${qs_step_name:-?}' (exit $rc) after $((SECONDS - qs_start))s"
   exit "$rc"
 }

@@ -254,9 +254,15 @@ YAML
   got=$(http_get "$server_ip" 8080)
   [[ "$got" == "$want" ]] || die "pod on $client_node got '$got' from $server_ip:8080, want '$want'"
   log "pod qs-client on $client_node -> pod qs-server $server_ip:8080 on $server_node: '$got'"
-  got=$(http_get qs-server.default.svc.cluster.local 80)
-  [[ "$got" == "$want" ]] || die "the Service qs-server answered '$got', want '$want'"
-  log "pod qs-client -> Service qs-server.default.svc.cluster.local:80: '$got'"
+  # CoreDNS starts once the nodes have pod networks; the Service's rules
+  # reach every node's kube-proxy a moment after the endpoints exist.
+  kwl -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null
+  local tries=0
+  until got=$(http_get qs-server.default.svc.cluster.local 80 2>/dev/null) && [[ "$got" == "$want" ]]; do
+    ((++tries < 30)) || die "the Service qs-server answered '$got', want '$want'"
+    sleep 2
+  done
+  log "pod qs-client -> Service qs-server.default.svc.cluster.local:80: '$got' (attempt $((tries + 1)))"
   kwl delete pod qs-server qs-client --wait=false >/dev/null
   kwl delete service qs-server >/dev/null
 }
@@ -327,6 +333,9 @@ down() {
 # ---- test ----
 
 test_flow() {
+  # A failed test removes what it made once the diagnostics are out, so
+  # that a CI machine does not keep clusters between runs.
+  remove_on_failure=true
   up
   qs_start=$SECONDS
   step "scale MachineDeployment $cluster-md-0 2->3 and MachinePool $cluster-mp-0 2->1"
@@ -337,7 +346,18 @@ test_flow() {
   down
 }
 
-# diagnose: what failed, for the ERR trap and die (lib.sh).
+# on_failure: for the ERR trap and die (lib.sh).
+remove_on_failure=false
+on_failure() {
+  diagnose
+  if $remove_on_failure; then
+    remove_on_failure=false # once, even if down fails too
+    log "---- removing the test's clusters"
+    (down) || true
+  fi
+}
+
+# diagnose: what failed, and where to look.
 diagnose() {
   [[ -s "$mgmt_kubeconfig" && -x "$kubectl" ]] || return 0
   log "---- diagnostics; everything is left in place ('make quickstart-down' removes it)"
