@@ -106,16 +106,38 @@ init_providers() {
 
 create_cluster() {
   step "clusterctl generate cluster $cluster --flavor quickstart"
-  if kmgmt get cluster "$cluster" -n "$namespace" >/dev/null 2>&1; then
-    log "Cluster $cluster exists; reusing it"
-    return
+  # Generated once, applied every time: applying an unchanged manifest
+  # changes nothing, and it completes an apply that an earlier run left
+  # half done.
+  if [[ -s "$QS_OUT/$cluster.yaml" ]] && kmgmt get cluster "$cluster" -n "$namespace" >/dev/null 2>&1; then
+    log "reusing $QS_OUT/$cluster.yaml"
+  else
+    generate_cluster
   fi
+  apply_cluster
+}
+
+generate_cluster() {
   "$clusterctl" generate cluster "$cluster" --infrastructure container --flavor quickstart \
     --kubernetes-version "$k8s_version" --control-plane-machine-count 1 --worker-machine-count "$workers" \
     --target-namespace "$namespace" --config "$QS_OUT/clusterctl.yaml" --kubeconfig "$mgmt_kubeconfig" \
-    >"$QS_OUT/$cluster.yaml"
-  kmgmt apply -f "$QS_OUT/$cluster.yaml" >&2
-  log "applied $QS_OUT/$cluster.yaml"
+    >"$QS_OUT/$cluster.yaml.tmp"
+  mv "$QS_OUT/$cluster.yaml.tmp" "$QS_OUT/$cluster.yaml"
+}
+
+apply_cluster() {
+  # `clusterctl init --wait-providers` waits for the Deployments, not for
+  # kube-proxy to route their webhook Services: retry while a webhook
+  # refuses connections (apply is idempotent).
+  local tries=0 out
+  until out=$(kmgmt apply -f "$QS_OUT/$cluster.yaml" 2>&1); do
+    if ((++tries >= 30)) || ! grep -q "failed calling webhook" <<<"$out"; then
+      echo "$out" >&2
+      die "kubectl apply -f $QS_OUT/$cluster.yaml failed"
+    fi
+    sleep 2
+  done
+  log "applied $QS_OUT/$cluster.yaml ($((tries + 1)) attempts)"
 }
 
 # print_phases: one line for every ContainerMachine whose phase changed since
