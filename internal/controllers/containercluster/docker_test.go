@@ -69,6 +69,23 @@ func TestMain(m *testing.M) {
 // testClusters are the clusters the tests made, for the final sweep.
 var testClusters []string
 
+// createCluster creates, in a new namespace, a ContainerCluster with the
+// test load balancer image and the given network, and its Cluster.
+func createCluster(ctx context.Context, g Gomega, namespacePrefix string, network infrav1.NetworkSpec) (*infrav1.ContainerCluster, *clusterv1.Cluster) {
+	name := "capct-it-" + rand.String(5)
+	testClusters = append(testClusters, name)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: namespacePrefix}}
+	g.Expect(env.Client.Create(ctx, ns)).To(Succeed())
+	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
+		Spec: infrav1.ContainerClusterSpec{LoadBalancer: infrav1.LoadBalancerSpec{Image: lbImage}, Network: network}}
+	g.Expect(env.Client.Create(ctx, cc)).To(Succeed())
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
+		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: infrav1.GroupVersion.Group, Kind: "ContainerCluster", Name: name}}}
+	g.Expect(env.Client.Create(ctx, cluster)).To(Succeed())
+	return cc, cluster
+}
+
 const bootstrapData = `#cloud-config
 write_files:
 - path: /etc/capct/greeting
@@ -87,19 +104,8 @@ runcmd:
 func TestControlPlaneMachineOnDocker(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	name := "capct-it-" + rand.String(5)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "docker-"}}
-	g.Expect(env.Client.Create(ctx, ns)).To(Succeed())
-
-	testClusters = append(testClusters, name)
-
-	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
-		Spec: infrav1.ContainerClusterSpec{LoadBalancer: infrav1.LoadBalancerSpec{Image: lbImage}}}
-	g.Expect(env.Client.Create(ctx, cc)).To(Succeed())
-	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
-		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
-			APIGroup: infrav1.GroupVersion.Group, Kind: "ContainerCluster", Name: name}}}
-	g.Expect(env.Client.Create(ctx, cluster)).To(Succeed())
+	cc, cluster := createCluster(ctx, g, "docker-", infrav1.NetworkSpec{})
+	name, ns := cluster.Name, cluster.Namespace
 	clusterUID := string(cluster.UID)
 
 	g.Eventually(func(g Gomega) {
@@ -110,15 +116,15 @@ func TestControlPlaneMachineOnDocker(t *testing.T) {
 
 	labels := map[string]string{clusterv1.ClusterNameLabel: name, clusterv1.MachineControlPlaneLabel: ""}
 	g.Expect(env.Client.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "cp-0-bootstrap", Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cp-0-bootstrap", Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
 		Data:       map[string][]byte{"value": []byte(bootstrapData), "format": []byte("cloud-config")},
 		Type:       clusterv1.ClusterSecretType,
 	})).To(Succeed())
-	cm := &infrav1.ContainerMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "cp-0", Labels: labels},
+	cm := &infrav1.ContainerMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cp-0", Labels: labels},
 		Spec: infrav1.ContainerMachineSpec{Image: nodeImage}}
 	g.Expect(env.Client.Create(ctx, cm)).To(Succeed())
 	machine := &clusterv1.Machine{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "cp-0", Labels: labels,
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cp-0", Labels: labels,
 			Annotations: map[string]string{clusterv1.ExcludeNodeDrainingAnnotation: "", clusterv1.ExcludeWaitForNodeVolumeDetachAnnotation: ""}},
 		Spec: clusterv1.MachineSpec{
 			ClusterName: name, Version: "v1.35.4",
@@ -200,17 +206,8 @@ func TestControlPlaneMachineOnDocker(t *testing.T) {
 func TestOrphansAreRemovedAndNothingElse(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	name := "capct-it-" + rand.String(5)
-	testClusters = append(testClusters, name)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "orphans-"}}
-	g.Expect(env.Client.Create(ctx, ns)).To(Succeed())
-	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
-		Spec: infrav1.ContainerClusterSpec{LoadBalancer: infrav1.LoadBalancerSpec{Image: lbImage}}}
-	g.Expect(env.Client.Create(ctx, cc)).To(Succeed())
-	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
-		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
-			APIGroup: infrav1.GroupVersion.Group, Kind: "ContainerCluster", Name: name}}}
-	g.Expect(env.Client.Create(ctx, cluster)).To(Succeed())
+	cc, cluster := createCluster(ctx, g, "orphans-", infrav1.NetworkSpec{})
+	name, ns := cluster.Name, cluster.Namespace
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
 		g.Expect(cc.Status.Initialization.Provisioned).To(Equal(ptr.To(true)))
@@ -218,7 +215,7 @@ func TestOrphansAreRemovedAndNothingElse(t *testing.T) {
 
 	start := func(machine, uid string) string {
 		labels := container.OwnerLabels(name, uid, machine, string(container.RoleWorker))
-		labels[container.LabelNamespace] = ns.Name
+		labels[container.LabelNamespace] = ns
 		spec := container.MachineSpec{Name: name + "-" + machine, Image: nodeImage, Network: "capct-" + name,
 			Labels: labels, Role: container.RoleWorker, Privileged: ptr.To(false), Cmd: dockertest.LoopCmd}
 		_, err := rt.CreateMachine(ctx, spec)
@@ -258,21 +255,9 @@ func TestOrphansAreRemovedAndNothingElse(t *testing.T) {
 func TestUnmanagedNetworkIsUsedAndKept(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	name := "capct-it-" + rand.String(5)
-	shared := name + "-shared"
-	testClusters = append(testClusters, name)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "unmanaged-"}}
-	g.Expect(env.Client.Create(ctx, ns)).To(Succeed())
-	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
-		Spec: infrav1.ContainerClusterSpec{
-			LoadBalancer: infrav1.LoadBalancerSpec{Image: lbImage},
-			Network:      infrav1.NetworkSpec{Name: shared, Mode: infrav1.NetworkUnmanaged},
-		}}
-	g.Expect(env.Client.Create(ctx, cc)).To(Succeed())
-	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
-		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
-			APIGroup: infrav1.GroupVersion.Group, Kind: "ContainerCluster", Name: name}}}
-	g.Expect(env.Client.Create(ctx, cluster)).To(Succeed())
+	shared := "capct-it-shared-" + rand.String(5)
+	cc, cluster := createCluster(ctx, g, "unmanaged-", infrav1.NetworkSpec{Name: shared, Mode: infrav1.NetworkUnmanaged})
+	name := cluster.Name
 
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
