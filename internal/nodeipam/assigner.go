@@ -247,8 +247,16 @@ func (a *Assigner) allocate(ctx context.Context, s *lifecycle.MachineScope, work
 	if live.Annotations[infrav1.PodCIDRsAnnotation] != value {
 		// Persist before anything outside CAPCT sees the CIDRs: a crash
 		// after this point finds them in the rebuild, a crash before it
-		// has handed nothing out.
+		// has handed nothing out. The providerID goes with them (the
+		// controller's patch helper writes it only when the reconcile
+		// ends): a rebuild matches a Node to its machine's record by
+		// providerID, and would otherwise count the Node's CIDRs as a
+		// second claim and report a conflict.
 		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, infrav1.PodCIDRsAnnotation, value)
+		if cm.Spec.ProviderID != "" {
+			patch = fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}},"spec":{"providerID":%q}}`,
+				infrav1.PodCIDRsAnnotation, value, cm.Spec.ProviderID)
+		}
 		if err := a.client.Patch(ctx, cm.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil {
 			return nil, false, fmt.Errorf("failed to record pod CIDRs %s on ContainerMachine %s: %w", value, klog.KObj(cm), err)
 		}

@@ -229,6 +229,38 @@ func TestAssignRecordsAnnotationBeforeNodeThenStatus(t *testing.T) {
 	}
 }
 
+// TestProviderIDIsRecordedWithTheCIDRs: in the controller, spec.providerID
+// reaches the API only when the reconcile's patch runs, after the pod CIDR
+// annotation. A second machine's rebuild in between must still see the
+// first machine's Node and record as one claim, not a conflict.
+func TestProviderIDIsRecordedWithTheCIDRs(t *testing.T) {
+	e := newEnv(t, []string{"10.244.0.0/16"}, infrav1.PodCIDRAllocation{})
+	first := e.machine("m1")
+	live := first.ContainerMachine.DeepCopy()
+	live.Spec.ProviderID = ""
+	if err := e.mgmt.Update(e.ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	first.ContainerMachine.ResourceVersion = live.ResourceVersion
+	if !e.assign(first) {
+		t.Fatalf("first machine not done: %+v", cond(first))
+	}
+	got := &infrav1.ContainerMachine{}
+	if err := e.mgmt.Get(e.ctx, client.ObjectKeyFromObject(live), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.ProviderID != first.ProviderID() {
+		t.Fatalf("spec.providerID in the API = %q, want %q with the annotation", got.Spec.ProviderID, first.ProviderID())
+	}
+	second := e.machine("m2")
+	if !e.assign(second) {
+		t.Fatalf("second machine not done: %+v", cond(second))
+	}
+	if evs := e.events(); countPrefix(evs, "Warning "+eventBadRecord) != 0 {
+		t.Fatalf("a machine's own Node was reported as a conflicting record: %v", evs)
+	}
+}
+
 func TestMoveRebuildGivesSameAllocations(t *testing.T) {
 	e := newEnv(t, []string{"10.244.0.0/16"}, infrav1.PodCIDRAllocation{})
 	var scopes []*lifecycle.MachineScope
