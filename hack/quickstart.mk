@@ -42,3 +42,7 @@ quickstart-down: ## Delete "demo" through the management cluster, then the manag
 test-quickstart: ## The whole quickstart non-interactively: up, scale MD 2->3 and MP 2->1, down, nothing left
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-qstest QUICKSTART_CLUSTER=qstest \
 		QUICKSTART_OUT=$(CURDIR)/out/quickstart-test hack/quickstart/quickstart.sh test
+
+.PHONY: bench-capd
+bench-capd: ## CAPCT against CAPD on one management cluster: time to 3 Machines Running and to deletion (ROUNDS=2)
+	hack/bench/capd-vs-capct.sh

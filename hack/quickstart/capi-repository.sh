@@ -105,7 +105,7 @@ CAPCT_LB_IMAGE: ${LB_IMAGE:-capct/haproxy:2.6}
 # Workload clusters join the management cluster's network (Unmanaged: CAPCT
 # neither owns nor deletes it), so that the controllers in the management
 # node reach their load balancers; Docker isolates bridge networks.
-CAPCT_NETWORK: ${MGMT_NAME:-capct-mgmt}
+CAPCT_NETWORK: ${MGMT_NETWORK:-${MGMT_NAME:-capct-mgmt}}
 CAPCT_NETWORK_MODE: Unmanaged
 CLUSTER_TOPOLOGY: "true"
 YAML

@@ -16,6 +16,7 @@
 # removed so that the controllers schedule on it.
 #
 # Environment: NODE_IMAGE (capct/node:v1.35.4), MGMT_NAME (capct-mgmt),
+# MGMT_NETWORK (the network's name, default MGMT_NAME),
 # MGMT_API_PORT, QUICKSTART_VERSION (v0.1.0, the manager image's tag),
 # CERT_MANAGER_VERSION (v1.21.1).
 set -euo pipefail
@@ -23,7 +24,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 node=${MGMT_NAME:-capct-mgmt}
-network=$node
+network=${MGMT_NETWORK:-$node}
 node_image=${NODE_IMAGE:-capct/node:v1.35.4}
 k8s_version=${node_image##*:}
 label="$QS_LABEL=$node" # per management cluster, so that down removes only its own

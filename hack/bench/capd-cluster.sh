@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Prints a CAPD cluster template equivalent to CAPCT's default flavor, for
+# hack/bench/capd-vs-capct.sh: CAPCT's own KubeadmControlPlane,
+# MachineDeployment and KubeadmConfigTemplate (templates/parts), so that both
+# providers boot the same node image with the same kubeadm settings, with
+# CAPD's infrastructure kinds swapped in and CAPCT's provider-id kubelet
+# argument dropped (CAPD sets the Node's providerID itself). The HAProxy
+# template only lowers maxconn, which this host's open-files limit needs
+# (internal/loadbalancer/haproxy.go says why).
+set -euo pipefail
+parts="$(cd "$(dirname "$0")/../../templates/parts" && pwd)"
+
+cat <<'YAML'
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata:
+  name: ${CLUSTER_NAME}
+  namespace: ${NAMESPACE}
+spec:
+  clusterNetwork:
+    pods:
+      cidrBlocks: [10.244.0.0/16]
+    services:
+      cidrBlocks: [10.96.0.0/12]
+    serviceDomain: cluster.local
+  infrastructureRef:
+    apiGroup: infrastructure.cluster.x-k8s.io
+    kind: DockerCluster
+    name: ${CLUSTER_NAME}
+  controlPlaneRef:
+    apiGroup: controlplane.cluster.x-k8s.io
+    kind: KubeadmControlPlane
+    name: ${CLUSTER_NAME}-control-plane
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DockerCluster
+metadata:
+  name: ${CLUSTER_NAME}
+  namespace: ${NAMESPACE}
+spec:
+  loadBalancer:
+    imageRepository: capct
+    imageTag: "2.6"
+    customHAProxyConfigTemplateRef:
+      name: ${CLUSTER_NAME}-haproxy
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: ${CLUSTER_NAME}-haproxy
+  namespace: ${NAMESPACE}
+data:
+  value: |
+    global
+      log stdout format raw local0 info
+      maxconn 4000
+    resolvers docker
+      nameserver dns 127.0.0.11:53
+    defaults
+      log global
+      mode tcp
+      timeout connect 5s
+      timeout client 3h
+      timeout server 3h
+      default-server init-addr none
+    frontend control-plane
+      bind *:{{ .FrontendControlPlanePort }}
+      default_backend kube-apiservers
+    backend kube-apiservers
+      option httpchk GET /healthz
+      {{- range $server, $backend := .BackendServers }}
+      server {{ $server }} {{ JoinHostPort $backend.Address $.BackendControlPlanePort }} weight {{ $backend.Weight }} check check-ssl verify none resolvers docker resolve-prefer ipv4
+      {{- end }}
+YAML
+# CAPCT's control plane and workers, provider-id dropped, kinds swapped.
+cat "$parts/control-plane.yaml" "$parts/machinedeployment.yaml" |
+  sed -e '/# CAPCT.s bootstrap replaces/,/value: "container:\/\/\/{{ ds.meta_data.local_hostname }}"/d' \
+    -e 's|infrastructure.cluster.x-k8s.io/v1alpha1|infrastructure.cluster.x-k8s.io/v1beta2|' \
+    -e 's|ContainerMachineTemplate|DockerMachineTemplate|' \
+    -e 's|^      image: \(.*\)$|      customImage: \1|'
