@@ -113,14 +113,7 @@ run() {
 }
 
 step "prerequisites and the providers' images"
-"$QS_ROOT/hack/ensure-docker.sh" >&2
-"$QS_ROOT/hack/node-image/build-node-image.sh" node >/dev/null
-"$QS_ROOT/hack/node-image/build-node-image.sh" lb >/dev/null
-make --no-print-directory -C "$QS_ROOT" docker-build >&2
-"$QS_ROOT/hack/quickstart/build-capi-images.sh"
-"$QS_ROOT/hack/quickstart/build-cert-manager.sh"
-"$QS_ROOT/hack/quickstart/capi-repository.sh"
-[[ -x "$kubectl" ]] || die "$kubectl is missing: run make quickstart once"
+"$QS_ROOT/hack/quickstart/quickstart.sh" prepare
 build_capd
 
 step "management cluster $MGMT_NAME on network kind, with both providers"

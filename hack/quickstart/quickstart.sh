@@ -12,6 +12,7 @@
 #                        fail if anything CAPCT labels is left
 #   quickstart.sh test   up, scale the MachineDeployment 2->3 and the
 #                        MachinePool 2->1, down (make test-quickstart)
+#   quickstart.sh prepare   only build what is missing (up's first two steps)
 #   quickstart.sh diagnose  the conditions and controller logs it prints on failure
 #
 # Every step is cached: a second `up` rebuilds nothing and reuses the running
@@ -403,6 +404,11 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   test) test_flow ;;
+  prepare)
+    prerequisites
+    controller_images
+    finish
+    ;;
   diagnose) diagnose ;;
-  *) echo "usage: $0 up|down|test|diagnose" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|test|prepare|diagnose" >&2; exit 2 ;;
 esac
