@@ -49,16 +49,11 @@ func TestMain(m *testing.M) {
 	ctrl.SetLogger(klog.Background())
 	os.Exit(envtest.Run(m, func(ctx context.Context, e *envtest.Environment) error {
 		env = e
-		var err error
-		if rt, err = docker.New(); err != nil {
+		d, err := images.NewDocker(ctx)
+		if err != nil {
 			return err
 		}
-		if nodeImage, err = dockertest.BusyboxImage(ctx, rt); err != nil {
-			return err
-		}
-		if lbImage, err = images.LoadBalancer(); err != nil {
-			return err
-		}
+		rt, nodeImage, lbImage = d.Runtime, d.NodeImage, d.LBImage
 		return setup(ctx)
 	}, func() { dockertest.RemoveClusters(context.Background(), rt, clusters) }))
 }

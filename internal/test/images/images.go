@@ -4,6 +4,7 @@
 package images
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+
+	"github.com/capct/cluster-api-provider-container/internal/container/docker"
+	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
 )
 
 // LoadBalancer builds (or finds cached) capct/haproxy with
@@ -32,4 +36,29 @@ func LoadBalancer() (string, error) {
 		return "", fmt.Errorf("%s printed no image name", script)
 	}
 	return fields[len(fields)-1], nil
+}
+
+// Docker is what a controller suite on the real engine needs: the runtime,
+// a busybox node image (bootstrap data runs, no kubelet starts) and the
+// load balancer image.
+type Docker struct {
+	Runtime   *docker.Runtime
+	NodeImage string
+	LBImage   string
+}
+
+// NewDocker connects to the engine and builds (or finds cached) both images.
+func NewDocker(ctx context.Context) (Docker, error) {
+	rt, err := docker.New()
+	if err != nil {
+		return Docker{}, err
+	}
+	d := Docker{Runtime: rt}
+	if d.NodeImage, err = dockertest.BusyboxImage(ctx, rt); err != nil {
+		return Docker{}, err
+	}
+	if d.LBImage, err = LoadBalancer(); err != nil {
+		return Docker{}, err
+	}
+	return d, nil
 }
