@@ -14,13 +14,7 @@ qs_step_start=$SECONDS
 qs_step_name=""
 
 log() { echo "$qs_name: $*" >&2; }
-die() {
-  log "ERROR: $*"
-  [[ $BASHPID == "$$" ]] || exit 1 # in a subshell: the main shell reports
-  trap - ERR
-  if declare -F on_failure >/dev/null; then on_failure || true; fi
-  exit 1
-}
+die() { log "ERROR: $*"; fail 1; }
 step() { # step NAME: starts timing a step (ending the previous one)
   end_step
   qs_step_name=$1
@@ -35,18 +29,19 @@ end_step() {
 }
 finish() { end_step; log "done in $((SECONDS - qs_start))s"; }
 hash_of() { sha256sum | cut -c1-16; }
-# on_error: says which step failed (installed as the ERR trap), after the
-# script's own on_failure function when it defines one.
-on_error() {
-  local rc=$?
-  [[ $BASHPID == "$$" ]] || exit "$rc" # in a subshell: the main shell reports
+# fail RC: runs the script's own on_failure function when it defines one,
+# says which step failed, and exits with RC. In a subshell it only exits:
+# the main shell reports.
+fail() {
+  local rc=$1
+  [[ $BASHPID == "$$" ]] || exit "$rc"
   trap - ERR
   if declare -F on_failure >/dev/null; then on_failure || true; fi
   log "FAILED in step '${qs_step_name:-?}' (exit $rc) after $((SECONDS - qs_start))s"
   exit "$rc"
 }
 set -o errtrace # the ERR trap also fires inside functions
-trap on_error ERR
+trap 'fail $?' ERR
 
 # image_label IMAGE LABEL: prints the label's value, empty when the image or label is missing
 image_label() {
