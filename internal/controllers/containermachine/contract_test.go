@@ -138,8 +138,14 @@ func TestMachineLifecycleWithClusterAPI(t *testing.T) {
 	}
 	g.Expect(env.Client.Create(ctx, node)).To(Succeed())
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, node) })
-	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-	g.Expect(env.Client.Status().Update(ctx, node)).To(Succeed())
+	// CAPCT may already be patching the new Node: retry on conflict.
+	g.Eventually(func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
+			return err
+		}
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		return env.Client.Status().Update(ctx, node)
+	}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
 
 	g.Eventually(func(g Gomega) {
 		get(g, ctx, node)
