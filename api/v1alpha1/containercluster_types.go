@@ -10,7 +10,19 @@ import (
 const ClusterFinalizer = "containercluster.infrastructure.cluster.x-k8s.io"
 
 // ContainerClusterSpec is the desired state of a ContainerCluster.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.clusterID) || (has(self.clusterID) && self.clusterID == oldSelf.clusterID)",message="clusterID is immutable once set: it names the cluster's containers on the engine"
 type ContainerClusterSpec struct {
+	// clusterID identifies the cluster's containers and networks on the
+	// container engine (their io.x-k8s.capct.cluster-id label). CAPCT sets it
+	// once, from the Cluster's UID, and it never changes. clusterctl move
+	// carries it to the target management cluster, whose CAPCT then owns the
+	// same containers; a same-named cluster created anew elsewhere gets
+	// another ID and owns none of them. Leave it unset.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`
+	ClusterID string `json:"clusterID,omitempty"`
 	// controlPlaneEndpoint is where the workload cluster's API server is
 	// reached. CAPCT sets it to its load balancer's address when it is empty.
 	// +optional

@@ -15,6 +15,7 @@ type ContainerClusterTemplateSpec struct {
 
 // ContainerClusterTemplateResource is what a ContainerClusterTemplate stamps
 // out.
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.clusterID)",message="spec.clusterID is set by CAPCT for each cluster; a template shared by many clusters must not set it"
 type ContainerClusterTemplateResource struct {
 	// metadata is added to the ContainerCluster.
 	// +optional

@@ -10,9 +10,11 @@
 // pass the same behaviour suite, internal/container/runtimetest, so the fake
 // cannot drift from the real engine.
 //
-// Ownership is recorded in labels (see labels.go). Anything that may delete
-// containers must find them with ListOwned, which requires a cluster UID and
-// only ever returns containers CAPCT created for that cluster.
+// Ownership is recorded in labels (see labels.go and Owner). Every call that
+// changes a container or a network names the Owner it expects and is refused
+// when the object belongs to someone else. Anything that may delete
+// containers must find them with ListOwned, which requires a complete owner
+// and only ever returns containers CAPCT created for that cluster.
 //
 // Networks get a subnet derived deterministically from their name (see
 // Subnets), retried a bounded number of times when the engine reports that the

@@ -9,7 +9,7 @@ import (
 // PreloadImages saves the images refs from the engine and imports them into
 // the containerd of the node container through
 // `ctr --namespace=k8s.io images import -`, so the node does not pull them.
-func PreloadImages(ctx context.Context, rt Runtime, container string, refs []string) error {
+func PreloadImages(ctx context.Context, rt Runtime, container string, owner Owner, refs []string) error {
 	if len(refs) == 0 {
 		return nil
 	}
@@ -18,7 +18,7 @@ func PreloadImages(ctx context.Context, rt Runtime, container string, refs []str
 		return err
 	}
 	defer func() { _ = tar.Close() }()
-	res, err := rt.Exec(ctx, container, ExecInput{
+	res, err := rt.Exec(ctx, container, owner, ExecInput{
 		Cmd:   []string{"ctr", "--namespace=k8s.io", "images", "import", "--all-platforms", "-"},
 		Stdin: tar,
 	})

@@ -14,48 +14,54 @@ import (
 // safe for concurrent use.
 type Runtime interface {
 	// EnsureNetwork creates the user-defined bridge network spec.Name, or
-	// adopts an existing one whose labels contain spec.Labels. An existing
-	// network with other labels is a conflict error.
+	// adopts an existing one that spec.Owner owns. An existing network of
+	// another owner is a conflict error.
 	EnsureNetwork(ctx context.Context, spec NetworkSpec) (Network, error)
 	// InspectNetwork returns the existing network name whoever owns it, for
 	// clusters that attach to a network they do not manage. A missing
 	// network is a not-found error.
 	InspectNetwork(ctx context.Context, name string) (Network, error)
-	// DeleteNetwork removes the network. Deleting a missing network is not
-	// an error.
-	DeleteNetwork(ctx context.Context, name string) error
+	// DeleteNetwork removes the network if owner owns it; a network of
+	// another owner is a conflict error and stays. Deleting a missing
+	// network is not an error.
+	DeleteNetwork(ctx context.Context, name string, owner Owner) error
 
 	// CreateMachine creates (but does not start) the container spec.Name.
-	// It is idempotent: an existing container whose owner labels (cluster
-	// UID and machine) match spec.Labels is adopted and returned; one with
-	// other owners is a conflict error naming the container.
+	// It is idempotent: an existing container that the owner named by
+	// spec.Labels owns is adopted and returned; one with other owners is a
+	// conflict error naming the container.
 	CreateMachine(ctx context.Context, spec MachineSpec) (*Machine, error)
+
+	// The calls below change a container. Each names the owner it expects
+	// and is refused with a conflict error, changing nothing, when the
+	// container's labels name another (see Owner.Owns).
+
 	// Start starts the container. Starting a running container is not an
 	// error.
-	Start(ctx context.Context, name string) error
+	Start(ctx context.Context, name string, owner Owner) error
 	// Stop stops the container, killing it after timeout. Stopping a
 	// stopped container is not an error.
-	Stop(ctx context.Context, name string, timeout time.Duration) error
+	Stop(ctx context.Context, name string, owner Owner, timeout time.Duration) error
 	// Delete removes the container by force, with its anonymous volumes.
 	// Deleting a missing container is not an error.
-	Delete(ctx context.Context, name string) error
+	Delete(ctx context.Context, name string, owner Owner) error
 	// Signal sends signal (e.g. "SIGHUP") to the container's main process.
-	Signal(ctx context.Context, name, signal string) error
-	// Inspect returns the container's current state.
-	Inspect(ctx context.Context, name string) (*Machine, error)
-	// List returns the containers created by CAPCT (carrying LabelClusterUID)
-	// whose labels contain every key/value of labelSelector. Use ListOwned,
-	// not List, to find containers to delete.
-	List(ctx context.Context, labelSelector map[string]string) ([]Machine, error)
-
+	Signal(ctx context.Context, name string, owner Owner, signal string) error
 	// Exec runs in.Cmd in the running container and captures its exit
 	// code, stdout and stderr. A non-zero exit code is not an error. When
 	// in.Timeout passes first, Exec returns an error for which IsTimeout is
 	// true; the process may be left running in the container.
-	Exec(ctx context.Context, name string, in ExecInput) (ExecResult, error)
+	Exec(ctx context.Context, name string, owner Owner, in ExecInput) (ExecResult, error)
 	// WriteFile writes content to path in the container (running or not),
 	// creating missing parent directories, without exec.
-	WriteFile(ctx context.Context, name, path string, content []byte, mode os.FileMode) error
+	WriteFile(ctx context.Context, name string, owner Owner, path string, content []byte, mode os.FileMode) error
+
+	// Inspect returns the container's current state.
+	Inspect(ctx context.Context, name string) (*Machine, error)
+	// List returns the containers created by CAPCT (carrying LabelClusterID)
+	// whose labels contain every key/value of labelSelector. Use ListOwned,
+	// not List, to find containers to delete.
+	List(ctx context.Context, labelSelector map[string]string) ([]Machine, error)
 	// ReadFile reads the regular file path from the container, without exec.
 	ReadFile(ctx context.Context, name, path string) ([]byte, error)
 
@@ -96,9 +102,10 @@ func (f IPFamily) HasIPv6() bool { return f == IPv6 || f == DualStack }
 type NetworkSpec struct {
 	// Name is the network's name; its subnets are derived from it.
 	Name string
-	// Labels are the owner labels put on the network; an existing network
-	// is adopted only if its labels contain all of them.
-	Labels map[string]string
+	// Owner is the cluster that owns the network (Machine empty); its labels
+	// go on the network, and an existing network is adopted only if Owner
+	// owns it.
+	Owner Owner
 	// IPFamily selects the families; empty means IPv4.
 	IPFamily IPFamily
 }
@@ -171,8 +178,9 @@ type MachineSpec struct {
 	Image string
 	// Network is the name of the cluster network to attach to.
 	Network string
-	// Labels must contain the owner labels (see OwnerLabels): at least
-	// LabelClusterUID and LabelMachine. LabelRole is added from Role.
+	// Labels must contain the owner labels of a valid Owner with a machine
+	// (see Owner.Labels); more labels may be added (LabelPool). LabelRole is
+	// added from Role.
 	Labels map[string]string
 	// Role is what the container is for.
 	Role Role

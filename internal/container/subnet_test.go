@@ -34,14 +34,34 @@ func TestSubnetsAreDeterministicAndInRange(t *testing.T) {
 }
 
 func TestOwnership(t *testing.T) {
-	l := OwnerLabels("c1", "uid-1", "c1-cp-0", "control-plane")
-	if !BelongsTo(l, "uid-1") || BelongsTo(l, "uid-2") || BelongsTo(l, "") || BelongsTo(map[string]string{}, "") {
-		t.Fatal("BelongsTo")
+	cp := Owner{Namespace: "ns", Cluster: "c1", ClusterID: "id-1", Machine: "c1-cp-0"}
+	labels := cp.Labels()
+	labels[LabelRole] = "control-plane"
+	for _, tc := range []struct {
+		name  string
+		owner Owner
+		owns  bool
+	}{
+		{"the same owner", cp, true},
+		{"another machine", cp.ForMachine("other"), false},
+		{"the cluster without a machine", cp.ClusterOwner(), false},
+		{"another namespace", Owner{Namespace: "other", Cluster: "c1", ClusterID: "id-1", Machine: "c1-cp-0"}, false},
+		{"another cluster name", Owner{Namespace: "ns", Cluster: "c2", ClusterID: "id-1", Machine: "c1-cp-0"}, false},
+		{"another cluster ID", Owner{Namespace: "ns", Cluster: "c1", ClusterID: "id-2", Machine: "c1-cp-0"}, false},
+		{"an owner without a cluster ID", Owner{Namespace: "ns", Cluster: "c1", Machine: "c1-cp-0"}, false},
+		{"the zero owner", Owner{}, false},
+	} {
+		if got := tc.owner.Owns(labels); got != tc.owns {
+			t.Errorf("%s: Owns = %v, want %v", tc.name, got, tc.owns)
+		}
 	}
-	if !SameOwner(l, OwnerLabels("c1", "uid-1", "c1-cp-0", "")) || SameOwner(l, OwnerLabels("c1", "uid-1", "other", "")) {
-		t.Fatal("SameOwner")
+	if (Owner{}).Owns(map[string]string{}) {
+		t.Error("the zero owner must not own an unlabelled object")
 	}
-	if _, ok := OwnerLabels("c1", "uid", "", "")[LabelMachine]; ok {
-		t.Fatal("empty values must be left out")
+	if OwnerOf(labels) != cp {
+		t.Errorf("OwnerOf(%v) = %v", labels, OwnerOf(labels))
+	}
+	if _, ok := cp.ClusterOwner().Labels()[LabelMachine]; ok {
+		t.Error("a cluster owner must not label a machine")
 	}
 }

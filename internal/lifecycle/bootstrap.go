@@ -92,7 +92,7 @@ func (b *Bootstrap) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result
 		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionUnknown, infrav1.InProgressReason, "Running the bootstrap data")
 	}
 	elapsed, _ := since(cm, now, infrav1.BootstrappedCondition)
-	exec := &executor{runtime: b.Runtime, container: s.Container.Name, preload: cm.Spec.PreLoadImages, steps: steps}
+	exec := &executor{runtime: b.Runtime, container: s.Container.Name, owner: s.Owner(), preload: cm.Spec.PreLoadImages, steps: steps}
 	// The run's own deadline is wall-clock time: it bounds a real process.
 	// The decision that the phase timed out above uses the injected clock.
 	b.Bootstraps.Start(key, time.Now().Add(timeout-elapsed), exec.run)
@@ -150,6 +150,7 @@ func (b *Bootstrap) plan(ctx context.Context, s *MachineScope) ([]provisioning.S
 type executor struct {
 	runtime   container.Runtime
 	container string
+	owner     container.Owner
 	preload   []string
 	steps     []provisioning.Step
 }
@@ -176,7 +177,7 @@ func (e *executor) run(ctx context.Context) error {
 		return err
 	}
 	if len(e.preload) > 0 {
-		if err := container.PreloadImages(ctx, e.runtime, e.container, e.preload); err != nil {
+		if err := container.PreloadImages(ctx, e.runtime, e.container, e.owner, e.preload); err != nil {
 			return fmt.Errorf("failed to preload images into %s: %w", e.container, err)
 		}
 	}
@@ -206,7 +207,7 @@ func (e *executor) writeFile(ctx context.Context, f *provisioning.File) error {
 		}
 		content = append(existing, content...)
 	}
-	if err := e.runtime.WriteFile(ctx, e.container, f.Path, content, f.Mode); err != nil {
+	if err := e.runtime.WriteFile(ctx, e.container, e.owner, f.Path, content, f.Mode); err != nil {
 		return fmt.Errorf("failed to write %s in %s: %w", f.Path, e.container, err)
 	}
 	if f.Owner != "" && f.Owner != "root" && f.Owner != "root:root" {
@@ -220,7 +221,7 @@ func (e *executor) exec(ctx context.Context, what string, cmd []string, stdin []
 	if stdin != nil {
 		in.Stdin = bytes.NewReader(stdin)
 	}
-	res, err := e.runtime.Exec(ctx, e.container, in)
+	res, err := e.runtime.Exec(ctx, e.container, e.owner, in)
 	if err != nil {
 		return fmt.Errorf("failed to %s in %s: %w", what, e.container, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +15,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
 const (
@@ -76,7 +76,8 @@ func waitingFor(s *MachineScope) (reason, message string) {
 	switch {
 	case s.Machine == nil:
 		return infrav1.WaitingForOwnerReason, "Waiting for a Machine to own the ContainerMachine"
-	case s.ContainerCluster == nil || s.Cluster.Status.Initialization.InfrastructureProvisioned == nil || !*s.Cluster.Status.Initialization.InfrastructureProvisioned:
+	case s.ContainerCluster == nil || s.ContainerCluster.Spec.ClusterID == "" ||
+		s.Cluster.Status.Initialization.InfrastructureProvisioned == nil || !*s.Cluster.Status.Initialization.InfrastructureProvisioned:
 		return infrav1.WaitingForClusterInfrastructureReason, "Waiting for the cluster's infrastructure"
 	case s.BootstrapDataSecretName == nil:
 		return infrav1.WaitingForBootstrapDataReason, "Waiting for the bootstrap provider to write the bootstrap data"
@@ -95,11 +96,11 @@ func (l *Launch) create(ctx context.Context, s *MachineScope, now time.Time) (ct
 	spec := container.MachineSpec{
 		Name:        s.ContainerName(),
 		Image:       image,
-		Network:     NetworkName(s.Cluster, s.ContainerCluster),
+		Network:     naming.NetworkName(s.Cluster, s.ContainerCluster),
 		Labels:      s.ContainerLabels(),
 		Role:        s.Role(),
 		KindNode:    true,
-		IPFamily:    IPFamilyOf(s.Cluster, s.ContainerCluster),
+		IPFamily:    naming.IPFamily(s.Cluster, s.ContainerCluster),
 		ExtraMounts: mounts(cm.Spec.ExtraMounts),
 		Resources:   resources(cm.Spec.Resources),
 	}
@@ -108,7 +109,7 @@ func (l *Launch) create(ctx context.Context, s *MachineScope, now time.Time) (ct
 	}
 	m, err := l.Runtime.CreateMachine(ctx, spec)
 	if err == nil {
-		err = l.Runtime.Start(ctx, spec.Name)
+		err = l.Runtime.Start(ctx, spec.Name, s.Owner())
 	}
 	if err == nil {
 		m, err = l.Runtime.Inspect(ctx, spec.Name)
@@ -141,8 +142,8 @@ func (l *Launch) failed(s *MachineScope, now time.Time, err error) (ctrl.Result,
 // stopped is reported.
 func (l *Launch) observe(ctx context.Context, s *MachineScope, m *container.Machine, now time.Time) (ctrl.Result, error) {
 	cm := s.ContainerMachine
-	if !container.SameOwner(m.Labels, s.ContainerLabels()) {
-		return l.failed(s, now, fmt.Errorf("container %s exists but belongs to another cluster or machine", m.Name))
+	if !s.Owner().Owns(m.Labels) {
+		return l.failed(s, now, container.NotOwnedError("use", "container", m.Name, s.Owner(), m.Labels))
 	}
 	if m.State != container.StateRunning {
 		if conditions.IsTrue(cm, infrav1.LaunchedCondition) {
@@ -151,7 +152,7 @@ func (l *Launch) observe(ctx context.Context, s *MachineScope, m *container.Mach
 			l.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.ContainerMissingReason, msg)
 			return ctrl.Result{}, nil
 		}
-		if err := l.Runtime.Start(ctx, m.Name); err != nil {
+		if err := l.Runtime.Start(ctx, m.Name, s.Owner()); err != nil {
 			return l.failed(s, now, fmt.Errorf("failed to start container %s: %w", m.Name, err))
 		}
 		return ctrl.Result{RequeueAfter: time.Second}, nil
@@ -177,46 +178,6 @@ func Addresses(m *container.Machine) []clusterv1.MachineAddress {
 		addrs = append(addrs, clusterv1.MachineAddress{Type: clusterv1.MachineInternalIP, Address: m.IPv6.String()})
 	}
 	return addrs
-}
-
-// NetworkName is the container network of a cluster.
-func NetworkName(cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) string {
-	if cc != nil && cc.Spec.Network.Name != "" {
-		return cc.Spec.Network.Name
-	}
-	return "capct-" + cluster.Name
-}
-
-// IPFamilyOf is the IP family of a cluster's container network:
-// spec.network.ipFamily, else the families of the Cluster's pod CIDRs, else
-// IPv4.
-func IPFamilyOf(cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) container.IPFamily {
-	family := infrav1.IPFamily("")
-	if cc != nil {
-		family = cc.Spec.Network.IPFamily
-	}
-	if family == "" && cluster != nil {
-		var v4, v6 bool
-		for _, cidr := range cluster.Spec.ClusterNetwork.Pods.CIDRBlocks {
-			if p, err := netip.ParsePrefix(cidr); err == nil {
-				v4 = v4 || p.Addr().Is4()
-				v6 = v6 || !p.Addr().Is4()
-			}
-		}
-		switch {
-		case v4 && v6:
-			family = infrav1.DualStackFamily
-		case v6:
-			family = infrav1.IPv6Family
-		}
-	}
-	switch family {
-	case infrav1.IPv6Family:
-		return container.IPv6
-	case infrav1.DualStackFamily:
-		return container.DualStack
-	}
-	return container.IPv4
 }
 
 func mounts(in []infrav1.Mount) []container.Mount {

@@ -23,6 +23,7 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	fakeruntime "github.com/capct/cluster-api-provider-container/internal/container/fake"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/provisioning"
 )
 
@@ -85,11 +86,18 @@ func newEnv(t *testing.T, bootstrapData string) *env {
 		},
 		Bootstraps: NewBootstrapRunner(ctx, func(k types.NamespacedName) { e.finished <- k }),
 	}
-	if _, err := e.runtime.EnsureNetwork(ctx, container.NetworkSpec{Name: "capct-c1", IPFamily: container.IPv4}); err != nil {
+	if _, err := e.runtime.EnsureNetwork(ctx, container.NetworkSpec{Name: "capct-c1", Owner: clusterOwner, IPFamily: container.IPv4}); err != nil {
 		t.Fatal(err)
 	}
 	return e
 }
+
+// clusterOwner owns the test cluster "ns/c1"; cpName is the container of
+// its machine cp-0.
+var (
+	clusterOwner = container.Owner{Namespace: "ns", Cluster: "c1", ClusterID: "id-1"}
+	cpName       = naming.ContainerName("ns", "c1", "cp-0")
+)
 
 // scope returns a control-plane machine whose prerequisites are all met.
 func newScope() *MachineScope {
@@ -102,8 +110,9 @@ func newScope() *MachineScope {
 		},
 	}
 	return &MachineScope{
-		Cluster:          cluster,
-		ContainerCluster: &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}},
+		Cluster: cluster,
+		ContainerCluster: &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"},
+			Spec: infrav1.ContainerClusterSpec{ClusterID: clusterOwner.ClusterID, Network: infrav1.NetworkSpec{Name: "capct-c1"}}},
 		Machine: &clusterv1.Machine{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m1"},
 			Spec:       clusterv1.MachineSpec{Version: "v1.35.4", FailureDomain: "fd1"},
@@ -169,7 +178,7 @@ func TestLaunchCreatesAndAdopts(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
-	m, err := e.runtime.Inspect(ctx, "c1-cp-0")
+	m, err := e.runtime.Inspect(ctx, cpName)
 	if err != nil {
 		t.Fatalf("container c1-cp-0 was not created: %v", err)
 	}
@@ -194,7 +203,7 @@ func TestLaunchRefusesAForeignContainerAndTimesOut(t *testing.T) {
 	e := newEnv(t, cloudConfig)
 	ctx := context.Background()
 	if _, err := e.runtime.CreateMachine(ctx, container.MachineSpec{
-		Name: "c1-cp-0", Image: "other", Network: "capct-c1", Labels: container.OwnerLabels("c1", "another-uid", "cp-0", "worker"),
+		Name: cpName, Image: "other", Network: "capct-c1", Labels: container.Owner{Namespace: "ns", Cluster: "c1", ClusterID: "another-id", Machine: "cp-0"}.Labels(),
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +213,7 @@ func TestLaunchRefusesAForeignContainerAndTimesOut(t *testing.T) {
 		t.Fatalf("want a retry, got %v %v", res, err)
 	}
 	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionUnknown, infrav1.FailedReason)
-	if !strings.Contains(condition(s, infrav1.LaunchedCondition).Message, "c1-cp-0") {
+	if !strings.Contains(condition(s, infrav1.LaunchedCondition).Message, cpName) {
 		t.Fatalf("the message does not name the container: %s", condition(s, infrav1.LaunchedCondition).Message)
 	}
 	e.clock.Step(LaunchTimeout)
@@ -235,12 +244,12 @@ func TestLaunchReportsAMissingContainerWithoutRecreatingIt(t *testing.T) {
 	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	e.runtime.RemoveOutOfBand("c1-cp-0")
+	e.runtime.RemoveOutOfBand(cpName)
 	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.ContainerMissingReason)
-	if _, err := e.runtime.Inspect(ctx, "c1-cp-0"); !container.IsNotFound(err) {
+	if _, err := e.runtime.Inspect(ctx, cpName); !container.IsNotFound(err) {
 		t.Fatal("the container was silently recreated")
 	}
 	if DerivePhase(s.ContainerMachine) != infrav1.MachinePhaseFailed {
@@ -281,8 +290,8 @@ func TestBootstrapRunsTheDataAsynchronously(t *testing.T) {
 	s := newScope()
 	bootstrap(t, e, s)
 	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
-	got, err := e.runtime.ReadFile(context.Background(), "c1-cp-0", "/etc/capct/hostname")
-	if err != nil || string(got) != "c1-cp-0" {
+	got, err := e.runtime.ReadFile(context.Background(), cpName, "/etc/capct/hostname")
+	if err != nil || string(got) != cpName {
 		t.Fatalf("want the hostname substituted into the file, got %q %v", got, err)
 	}
 	var ran bool
@@ -297,7 +306,7 @@ func TestBootstrapRunsTheDataAsynchronously(t *testing.T) {
 		t.Fatal(err)
 	}
 	cm := s.ContainerMachine
-	if cm.Spec.ProviderID != "container:///c1-cp-0" || !ptr.Deref(cm.Status.Initialization.Provisioned, false) || cm.Status.FailureDomain != "fd1" {
+	if cm.Spec.ProviderID != "container:///"+cpName || !ptr.Deref(cm.Status.Initialization.Provisioned, false) || cm.Status.FailureDomain != "fd1" {
 		t.Fatalf("not provisioned per the contract: providerID %q, provisioned %v, failure domain %q",
 			cm.Spec.ProviderID, cm.Status.Initialization.Provisioned, cm.Status.FailureDomain)
 	}
@@ -310,7 +319,7 @@ func TestBootstrapTrustsTheSentinelAfterARestart(t *testing.T) {
 	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.runtime.WriteFile(ctx, "c1-cp-0", provisioning.SentinelPath, []byte("success"), 0o644); err != nil {
+	if err := e.runtime.WriteFile(ctx, cpName, clusterOwner.ForMachine("cp-0"), provisioning.SentinelPath, []byte("success"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
@@ -426,7 +435,7 @@ func TestRegistrationAndInitialization(t *testing.T) {
 	}
 	wantCondition(t, s, infrav1.RegisteredCondition, metav1.ConditionFalse, infrav1.NodeNotFoundReason)
 
-	node := readyNode("c1-cp-0", corev1.Taint{Key: UninitializedTaint, Effect: corev1.TaintEffectNoSchedule}, corev1.Taint{Key: "other", Effect: corev1.TaintEffectNoSchedule})
+	node := readyNode(cpName, corev1.Taint{Key: UninitializedTaint, Effect: corev1.TaintEffectNoSchedule}, corev1.Taint{Key: "other", Effect: corev1.TaintEffectNoSchedule})
 	if err := e.workload.Create(ctx, node); err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +448,7 @@ func TestRegistrationAndInitialization(t *testing.T) {
 	}
 	wantCondition(t, s, infrav1.InitializedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
 	got := &corev1.Node{}
-	if err := e.workload.Get(ctx, client.ObjectKey{Name: "c1-cp-0"}, got); err != nil {
+	if err := e.workload.Get(ctx, client.ObjectKey{Name: cpName}, got); err != nil {
 		t.Fatal(err)
 	}
 	if len(got.Spec.Taints) != 1 || got.Spec.Taints[0].Key != "other" {

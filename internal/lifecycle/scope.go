@@ -3,9 +3,7 @@ package lifecycle
 import (
 	"context"
 	"fmt"
-	"strings"
 
-	"github.com/blang/semver/v4"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
@@ -14,11 +12,8 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
-
-// DefaultNodeImageRepository is where CAPCT's node images live; the tag is
-// the Kubernetes version (make node-image builds capct/node:v1.35.4).
-const DefaultNodeImageRepository = "capct/node"
 
 // WorkloadClientFunc returns a client of a workload cluster, such as Cluster
 // API's ClusterCache.GetClient.
@@ -77,21 +72,21 @@ type MachineScope struct {
 	Node *corev1.Node
 }
 
-// ContainerName is the machine's container name: the machine's name, with
-// the cluster's name in front unless it already starts with it, as kind and
-// CAPD name theirs. Container names are global on a host, so the prefix
-// keeps two clusters' machines apart.
+// ContainerName is the machine's container name (see naming.ContainerName).
 func (s *MachineScope) ContainerName() string {
-	name := s.ContainerMachine.Name
-	if strings.HasPrefix(name, s.Cluster.Name) {
-		return name
-	}
-	return s.Cluster.Name + "-" + name
+	return naming.ContainerName(s.ContainerMachine.Namespace, s.Cluster.Name, s.ContainerMachine.Name)
 }
 
 // ProviderID is the provider ID of the machine: container:///<container>.
 func (s *MachineScope) ProviderID() string {
-	return infrav1.ProviderIDPrefix + s.ContainerName()
+	return naming.ProviderID(s.ContainerName())
+}
+
+// Owner is the owner of the machine's container. It owns nothing until the
+// ContainerCluster has its cluster ID, which it gets before any machine of
+// the cluster is launched.
+func (s *MachineScope) Owner() container.Owner {
+	return naming.ClusterOwner(s.Cluster, s.ContainerCluster).ForMachine(s.ContainerMachine.Name)
 }
 
 // IsControlPlane reports whether the machine runs a control-plane node.
@@ -111,10 +106,10 @@ func (s *MachineScope) Role() container.Role {
 	return container.RoleWorker
 }
 
-// ContainerLabels are the ownership labels of the machine's container.
+// ContainerLabels are the labels of the machine's container: its owner's,
+// and its pool's.
 func (s *MachineScope) ContainerLabels() map[string]string {
-	labels := container.OwnerLabels(s.Cluster.Name, string(s.Cluster.UID), s.ContainerMachine.Name, string(s.Role()))
-	labels[container.LabelNamespace] = s.ContainerMachine.Namespace
+	labels := s.Owner().Labels()
 	if pool := s.ContainerMachine.Labels[clusterv1.MachinePoolNameLabel]; pool != "" {
 		labels[container.LabelPool] = pool
 	}
@@ -137,11 +132,11 @@ func (s *MachineScope) Image() (string, error) {
 	if s.Version == "" {
 		return "", &InvalidSpecError{Err: fmt.Errorf("no image: spec.image is empty and Machine %s has no Kubernetes version", s.machineName())}
 	}
-	v, err := semver.ParseTolerant(s.Version)
+	image, err := naming.DefaultNodeImage(s.Version)
 	if err != nil {
-		return "", &InvalidSpecError{Err: fmt.Errorf("failed to parse Kubernetes version %q of Machine %s: %w", s.Version, s.machineName(), err)}
+		return "", &InvalidSpecError{Err: fmt.Errorf("no image for Machine %s: %w", s.machineName(), err)}
 	}
-	return fmt.Sprintf("%s:v%d.%d.%d", DefaultNodeImageRepository, v.Major, v.Minor, v.Patch), nil
+	return image, nil
 }
 
 func (s *MachineScope) machineName() string {

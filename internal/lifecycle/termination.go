@@ -51,11 +51,11 @@ func (t *Termination) Reconcile(ctx context.Context, s *MachineScope) (done bool
 	if err != nil {
 		return false, ctrl.Result{}, fmt.Errorf("failed to inspect container %s of ContainerMachine %s/%s: %w", name, cm.Namespace, cm.Name, err)
 	}
-	if !container.SameOwner(existing.Labels, s.ContainerLabels()) {
+	if !s.Owner().Owns(existing.Labels) {
 		// Another cluster's container with this name is not ours to delete.
 		return true, ctrl.Result{}, nil
 	}
-	if err := t.Runtime.Delete(ctx, name); err != nil && !container.IsNotFound(err) {
+	if err := t.Runtime.Delete(ctx, name, s.Owner()); err != nil && !container.IsNotFound(err) {
 		return false, ctrl.Result{}, fmt.Errorf("failed to delete container %s of ContainerMachine %s/%s: %w", name, cm.Namespace, cm.Name, err)
 	}
 	t.Recorder.Eventf(cm, corev1.EventTypeNormal, "Deleted", "Deleted container %s", name)

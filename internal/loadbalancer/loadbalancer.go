@@ -13,7 +13,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
-	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
 const (
@@ -27,16 +27,18 @@ const (
 	maxWeight = 100
 )
 
-// ContainerName is the load balancer container of a cluster.
-func ContainerName(clusterName string) string { return clusterName + "-lb" }
-
 // Spec says where and how to run a cluster's load balancer.
 type Spec struct {
-	Cluster   *clusterv1.Cluster
-	Network   string
-	IPFamily  container.IPFamily
-	Namespace string
-	Image     string
+	Cluster          *clusterv1.Cluster
+	ContainerCluster *infrav1.ContainerCluster
+	Network          string
+	IPFamily         container.IPFamily
+	Image            string
+}
+
+// owner is the owner of a cluster's load-balancer container.
+func owner(cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) container.Owner {
+	return naming.ClusterOwner(cluster, cc).ForMachine(naming.LoadBalancerMachine(cluster.Name))
 }
 
 // LoadBalancer manages clusters' HAProxy containers.
@@ -48,9 +50,8 @@ type LoadBalancer struct {
 // Ensure creates and starts the load balancer container if needed and
 // returns it as the runtime reports it.
 func (lb *LoadBalancer) Ensure(ctx context.Context, spec Spec) (*container.Machine, error) {
-	name := ContainerName(spec.Cluster.Name)
-	labels := container.OwnerLabels(spec.Cluster.Name, string(spec.Cluster.UID), name, string(container.RoleLoadBalancer))
-	labels[container.LabelNamespace] = spec.Namespace
+	name := naming.LoadBalancerName(spec.Cluster.Namespace, spec.Cluster.Name)
+	owner := owner(spec.Cluster, spec.ContainerCluster)
 	image := spec.Image
 	if image == "" {
 		image = DefaultImage
@@ -60,7 +61,7 @@ func (lb *LoadBalancer) Ensure(ctx context.Context, spec Spec) (*container.Machi
 		Name:         name,
 		Image:        image,
 		Network:      spec.Network,
-		Labels:       labels,
+		Labels:       owner.Labels(),
 		Role:         container.RoleLoadBalancer,
 		Privileged:   &privileged,
 		IPFamily:     spec.IPFamily,
@@ -73,7 +74,7 @@ func (lb *LoadBalancer) Ensure(ctx context.Context, spec Spec) (*container.Machi
 		return nil, fmt.Errorf("failed to inspect load balancer container %s: %w", name, err)
 	}
 	if m.State != container.StateRunning {
-		if err := lb.Runtime.Start(ctx, name); err != nil {
+		if err := lb.Runtime.Start(ctx, name, owner); err != nil {
 			return nil, fmt.Errorf("failed to start load balancer container %s: %w", name, err)
 		}
 		if m, err = lb.Runtime.Inspect(ctx, name); err != nil {
@@ -83,10 +84,12 @@ func (lb *LoadBalancer) Ensure(ctx context.Context, spec Spec) (*container.Machi
 	return m, nil
 }
 
-// Delete removes the load balancer container; a missing one is fine.
-func (lb *LoadBalancer) Delete(ctx context.Context, clusterName string) error {
-	if err := lb.Runtime.Delete(ctx, ContainerName(clusterName)); err != nil && !container.IsNotFound(err) {
-		return fmt.Errorf("failed to delete load balancer container %s: %w", ContainerName(clusterName), err)
+// Delete removes the cluster's load-balancer container; a missing one is
+// fine, and one of another owner is refused by the runtime.
+func (lb *LoadBalancer) Delete(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) error {
+	name := naming.LoadBalancerName(cluster.Namespace, cluster.Name)
+	if err := lb.Runtime.Delete(ctx, name, owner(cluster, cc)); err != nil && !container.IsNotFound(err) {
+		return fmt.Errorf("failed to delete load balancer container %s: %w", name, err)
 	}
 	return nil
 }
@@ -95,7 +98,7 @@ func (lb *LoadBalancer) Delete(ctx context.Context, clusterName string) error {
 // and, only when it differs from what the container has, writes it and
 // makes HAProxy reload it. It reports whether it reloaded.
 func (lb *LoadBalancer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (bool, error) {
-	name := ContainerName(cluster.Name)
+	name := naming.LoadBalancerName(cluster.Namespace, cluster.Name)
 	backends, err := lb.backends(ctx, cluster)
 	if err != nil {
 		return false, err
@@ -109,7 +112,7 @@ func (lb *LoadBalancer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc
 		BackendPort:  APIServerPort,
 		// The same derivation as the network's, so that a dual-stack
 		// cluster that leaves ipFamily empty still gets an IPv6 frontend.
-		IPv6:     lifecycle.IPFamilyOf(cluster, cc).HasIPv6(),
+		IPv6:     naming.IPFamily(cluster, cc).HasIPv6(),
 		Backends: backends,
 	})
 	if err != nil {
@@ -122,10 +125,10 @@ func (lb *LoadBalancer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc
 	if bytes.Equal(have, want) {
 		return false, nil
 	}
-	if err := lb.Runtime.WriteFile(ctx, name, ConfigPath, want, 0o644); err != nil {
+	if err := lb.Runtime.WriteFile(ctx, name, owner(cluster, cc), ConfigPath, want, 0o644); err != nil {
 		return false, fmt.Errorf("failed to write the configuration of load balancer %s: %w", name, err)
 	}
-	if err := lb.Runtime.Signal(ctx, name, "SIGHUP"); err != nil {
+	if err := lb.Runtime.Signal(ctx, name, owner(cluster, cc), "SIGHUP"); err != nil {
 		return false, fmt.Errorf("failed to reload load balancer %s: %w", name, err)
 	}
 	return true, nil

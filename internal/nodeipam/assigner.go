@@ -138,10 +138,10 @@ func (a *Assigner) AssignPodCIDRs(ctx context.Context, s *lifecycle.MachineScope
 		allocationFailures.WithLabelValues(infrav1.FailedReason).Inc()
 		return false, err
 	}
-	if err := a.writeCNIConfig(ctx, s.ContainerName(), cidrs); err != nil {
+	if err := a.writeCNIConfig(ctx, s.ContainerName(), s.Owner(), cidrs); err != nil {
 		return false, err
 	}
-	if err := a.syncRoutes(ctx, s.Cluster, cfg, s.ContainerName()); err != nil {
+	if err := a.syncRoutes(ctx, s.Cluster, s.Owner().ClusterOwner(), cfg, s.ContainerName()); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -292,7 +292,7 @@ func (a *Assigner) assignNode(ctx context.Context, s *lifecycle.MachineScope, wo
 }
 
 // writeCNIConfig writes the node's CNI config unless it already has it.
-func (a *Assigner) writeCNIConfig(ctx context.Context, name string, cidrs []netip.Prefix) error {
+func (a *Assigner) writeCNIConfig(ctx context.Context, name string, owner container.Owner, cidrs []netip.Prefix) error {
 	want, err := CNIConfig(cidrs)
 	if err != nil {
 		return err
@@ -304,7 +304,7 @@ func (a *Assigner) writeCNIConfig(ctx context.Context, name string, cidrs []neti
 	case err != nil && !container.IsNotFound(err):
 		return fmt.Errorf("failed to read %s in container %s: %w", CNIConfigPath, name, err)
 	}
-	if err := a.runtime.WriteFile(ctx, name, CNIConfigPath, want, 0o644); err != nil {
+	if err := a.runtime.WriteFile(ctx, name, owner, CNIConfigPath, want, 0o644); err != nil {
 		return fmt.Errorf("failed to write %s in container %s: %w", CNIConfigPath, name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Wrote the node's CNI config", "Container", name, "Path", CNIConfigPath)

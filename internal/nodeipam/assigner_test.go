@@ -29,6 +29,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/ipam"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 )
 
@@ -57,7 +58,8 @@ func newEnv(t *testing.T, podCIDRs []string, alloc infrav1.PodCIDRAllocation, wl
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1", UID: types.UID("uid-c1")}}
 	cluster.Spec.ClusterNetwork.Pods.CIDRBlocks = podCIDRs
 	cluster.Spec.InfrastructureRef = clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "ContainerCluster", Name: "c1"}
-	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
+	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"},
+		Spec: infrav1.ContainerClusterSpec{ClusterID: "id-c1"}}
 	cc.Spec.Network.PodCIDRAllocation = alloc
 	mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(cluster, cc).
 		WithStatusSubresource(&infrav1.ContainerMachine{}).Build()
@@ -78,7 +80,7 @@ func newEnv(t *testing.T, podCIDRs []string, alloc infrav1.PodCIDRAllocation, wl
 		}
 	}
 	if _, err := e.rt.EnsureNetwork(e.ctx, container.NetworkSpec{Name: e.network, IPFamily: fam,
-		Labels: container.OwnerLabels(cluster.Name, string(cluster.UID), "", "")}); err != nil {
+		Owner: naming.ClusterOwner(cluster, cc)}); err != nil {
 		t.Fatal(err)
 	}
 	e.a = New(mgmt, mgmt, e.rt, clocktesting.NewFakePassiveClock(time.Unix(1700000000, 0)), e.rec)
@@ -102,7 +104,7 @@ func (e *env) machine(name string, nodePodCIDRs ...string) *lifecycle.MachineSco
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.rt.Start(e.ctx, m.Name); err != nil {
+	if err := e.rt.Start(e.ctx, m.Name, s.Owner()); err != nil {
 		e.t.Fatal(err)
 	}
 	s.Container, _ = e.rt.Inspect(e.ctx, m.Name)

@@ -16,6 +16,7 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/ipam"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
 // SyncRoutes makes every running node container of the cluster route each
@@ -40,13 +41,18 @@ func (a *Assigner) SyncRoutes(ctx context.Context, cluster *clusterv1.Cluster) e
 	if err != nil || !enabled {
 		return err
 	}
-	return a.syncRoutes(ctx, cluster, cfg, "")
+	owner := naming.ClusterOwner(cluster, cc)
+	if !owner.Valid() {
+		// No cluster ID yet, so no container of the cluster yet either.
+		return nil
+	}
+	return a.syncRoutes(ctx, cluster, owner, cfg, "")
 }
 
 // syncRoutes syncs the cluster's routes. With self set, only an error in
 // that container is returned (the others are logged and left to their own
 // syncs), so one broken node does not hold up another's initialization.
-func (a *Assigner) syncRoutes(ctx context.Context, cluster *clusterv1.Cluster, cfg ipam.Config, self string) error {
+func (a *Assigner) syncRoutes(ctx context.Context, cluster *clusterv1.Cluster, owner container.Owner, cfg ipam.Config, self string) error {
 	log := ctrl.LoggerFrom(ctx)
 	st := a.state(cluster)
 	st.routes.Lock()
@@ -63,25 +69,24 @@ func (a *Assigner) syncRoutes(ctx context.Context, cluster *clusterv1.Cluster, c
 		cidrs, _ := ParsePodCIDRs(cm.Annotations[infrav1.PodCIDRsAnnotation])
 		cidrsOf[cm.Namespace+"/"+cm.Name] = cidrs
 	}
-	containers, err := container.ListOwned(ctx, a.runtime, string(cluster.UID), nil)
+	containers, err := container.ListOwned(ctx, a.runtime, owner, nil)
 	if err != nil {
 		return fmt.Errorf("failed to list the containers of Cluster %s: %w", klog.KObj(cluster), err)
 	}
 	var nodes []Node
+	owners := map[string]container.Owner{}
 	for _, c := range containers {
 		if !container.Role(c.Labels[container.LabelRole]).IsNode() || c.State != container.StateRunning {
 			continue
 		}
-		ns := c.Labels[container.LabelNamespace]
-		if ns == "" {
-			ns = cluster.Namespace
-		}
-		nodes = append(nodes, Node{Name: c.Name, IPv4: c.IPv4, IPv6: c.IPv6, PodCIDRs: cidrsOf[ns+"/"+c.Labels[container.LabelMachine]]})
+		machine := c.Labels[container.LabelMachine]
+		owners[c.Name] = owner.ForMachine(machine)
+		nodes = append(nodes, Node{Name: c.Name, IPv4: c.IPv4, IPv6: c.IPv6, PodCIDRs: cidrsOf[cluster.Namespace+"/"+machine]})
 	}
 	desired := DesiredRoutes(nodes)
 	var errs []error
 	for _, n := range nodes {
-		err := a.syncNodeRoutes(ctx, n, desired[n.Name], cfg.ClusterCIDRs)
+		err := a.syncNodeRoutes(ctx, n, owners[n.Name], desired[n.Name], cfg.ClusterCIDRs)
 		switch {
 		case err == nil:
 		case self == "" || n.Name == self:
@@ -97,10 +102,10 @@ func (a *Assigner) syncRoutes(ctx context.Context, cluster *clusterv1.Cluster, c
 // node masquerades its pods' traffic leaving the cluster's pod network. The
 // masquerade rule is checked on every sync because a restarted container
 // loses it while keeping its CNI config.
-func (a *Assigner) syncNodeRoutes(ctx context.Context, n Node, desired []Route, clusterCIDRs []netip.Prefix) error {
+func (a *Assigner) syncNodeRoutes(ctx context.Context, n Node, owner container.Owner, desired []Route, clusterCIDRs []netip.Prefix) error {
 	name := n.Name
 	if cmd := MasqueradeCommand(n.PodCIDRs, clusterCIDRs); cmd != nil {
-		if _, err := a.exec(ctx, name, cmd); err != nil {
+		if _, err := a.exec(ctx, name, owner, cmd); err != nil {
 			return err
 		}
 	}
@@ -110,7 +115,7 @@ func (a *Assigner) syncNodeRoutes(ctx context.Context, n Node, desired []Route, 
 		if fam == 6 {
 			cmd = []string{"ip", "-o", "-6", "route", "show"}
 		}
-		out, err := a.exec(ctx, name, cmd)
+		out, err := a.exec(ctx, name, owner, cmd)
 		if err != nil {
 			return err
 		}
@@ -119,12 +124,12 @@ func (a *Assigner) syncNodeRoutes(ctx context.Context, n Node, desired []Route, 
 	add, del := DiffRoutes(current, desired, clusterCIDRs)
 	var errs []error
 	for _, r := range add {
-		if _, err := a.exec(ctx, name, r.Command("replace")); err != nil {
+		if _, err := a.exec(ctx, name, owner, r.Command("replace")); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for _, r := range del {
-		if _, err := a.exec(ctx, name, r.Command("del")); err != nil {
+		if _, err := a.exec(ctx, name, owner, r.Command("del")); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -146,8 +151,8 @@ func families(cidrs []netip.Prefix) []int {
 	return out
 }
 
-func (a *Assigner) exec(ctx context.Context, name string, cmd []string) (string, error) {
-	res, err := a.runtime.Exec(ctx, name, container.ExecInput{Cmd: cmd})
+func (a *Assigner) exec(ctx context.Context, name string, owner container.Owner, cmd []string) (string, error) {
+	res, err := a.runtime.Exec(ctx, name, owner, container.ExecInput{Cmd: cmd})
 	if err != nil {
 		return "", fmt.Errorf("failed to run %q in container %s: %w", strings.Join(cmd, " "), name, err)
 	}

@@ -132,11 +132,12 @@ func TestScalePoolOnDocker(t *testing.T) {
 	// settled waits until n containers of the cluster run, n
 	// ContainerMachines are provisioned with n Machines, and the pool lists
 	// their n provider IDs in order.
+	owner := container.Owner{Namespace: ns.Name, Cluster: cluster.Name, ClusterID: string(cluster.UID)}
 	settled := func(n int) {
 		t.Helper()
 		start := time.Now()
 		g.Eventually(func(g Gomega) {
-			containers, err := container.ListOwned(ctx, rt, string(cluster.UID), map[string]string{container.LabelRole: string(container.RoleWorker)})
+			containers, err := container.ListOwned(ctx, rt, owner, map[string]string{container.LabelRole: string(container.RoleWorker)})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(containers).To(HaveLen(n), "containers")
 			cms := &infrav1.ContainerMachineList{}
@@ -177,7 +178,7 @@ func TestScalePoolOnDocker(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cc), &infrav1.ContainerCluster{})
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "ContainerCluster still there: %v", err)
-		left, err := container.ListOwned(ctx, rt, string(cluster.UID), nil)
+		left, err := container.ListOwned(ctx, rt, owner, nil)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(left).To(BeEmpty())
 	}, 2*time.Minute, 500*time.Millisecond).Should(Succeed())

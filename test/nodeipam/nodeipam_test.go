@@ -26,13 +26,18 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
 	"github.com/capct/cluster-api-provider-container/internal/container/runtimetest"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 )
 
 func run(t *testing.T, rt container.Runtime, name string, cmd ...string) (string, int) {
 	t.Helper()
-	res, err := rt.Exec(context.Background(), name, container.ExecInput{Cmd: cmd, Timeout: 30 * time.Second})
+	m, err := rt.Inspect(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := rt.Exec(context.Background(), name, container.OwnerOf(m.Labels), container.ExecInput{Cmd: cmd, Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatalf("%s in %s: %v", strings.Join(cmd, " "), name, err)
 	}
@@ -52,16 +57,17 @@ func TestPodCIDRReachableAcrossNodes(t *testing.T) {
 	id := hex.EncodeToString(suffix)
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ipam-" + id, UID: types.UID("uid-ipam-" + id)}}
 	cluster.Spec.ClusterNetwork.Pods.CIDRBlocks = []string{"10.244.0.0/16"}
-	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: cluster.Name}}
+	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: cluster.Name},
+		Spec: infrav1.ContainerClusterSpec{ClusterID: "id-ipam-" + id}}
+	owner := naming.ClusterOwner(cluster, cc)
 	cluster.Spec.InfrastructureRef = clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "ContainerCluster", Name: cc.Name}
 
-	network := "capct-" + cluster.Name
-	if _, err := rt.EnsureNetwork(ctx, container.NetworkSpec{Name: network,
-		Labels: container.OwnerLabels(cluster.Name, string(cluster.UID), "", "")}); err != nil {
+	network := naming.NetworkName(cluster, cc)
+	if _, err := rt.EnsureNetwork(ctx, container.NetworkSpec{Name: network, Owner: owner}); err != nil {
 		t.Fatalf("creating network %s: %v", network, err)
 	}
 	t.Cleanup(func() {
-		if err := rt.DeleteNetwork(context.Background(), network); err != nil {
+		if err := rt.DeleteNetwork(context.Background(), network, owner); err != nil {
 			t.Errorf("deleting network %s: %v", network, err)
 		}
 	})
@@ -89,11 +95,11 @@ func TestPodCIDRReachableAcrossNodes(t *testing.T) {
 			t.Fatalf("creating container %s: %v", s.ContainerName(), err)
 		}
 		t.Cleanup(func() {
-			if err := rt.Delete(context.Background(), s.ContainerName()); err != nil {
+			if err := rt.Delete(context.Background(), s.ContainerName(), s.Owner()); err != nil {
 				t.Errorf("deleting container %s: %v", s.ContainerName(), err)
 			}
 		})
-		if err := rt.Start(ctx, s.ContainerName()); err != nil {
+		if err := rt.Start(ctx, s.ContainerName(), s.Owner()); err != nil {
 			t.Fatal(err)
 		}
 		if s.Container, err = rt.Inspect(ctx, s.ContainerName()); err != nil {

@@ -22,18 +22,18 @@ func BenchmarkLifecycleSeamVsDirect(b *testing.B) {
 	rt := dockertest.NewRuntime(b)
 	img := testImage(b, rt)
 	suffix := runtimetest.RandomSuffix()
-	uid := "uid-bench-" + suffix
 	ctx := context.Background()
 	netName := "capct-bench-" + suffix
-	if _, err := rt.EnsureNetwork(ctx, container.NetworkSpec{Name: netName, Labels: container.OwnerLabels(netName, uid, "", "")}); err != nil {
+	owner := container.Owner{Namespace: "bench", Cluster: netName, ClusterID: "id-bench-" + suffix}
+	if _, err := rt.EnsureNetwork(ctx, container.NetworkSpec{Name: netName, Owner: owner}); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
-		ms, _ := container.ListOwned(context.Background(), rt, uid, nil)
+		ms, _ := container.ListOwned(context.Background(), rt, owner, nil)
 		for _, m := range ms {
-			_ = rt.Delete(context.Background(), m.Name)
+			_ = rt.Delete(context.Background(), m.Name, owner.ForMachine(m.Labels[container.LabelMachine]))
 		}
-		_ = rt.DeleteNetwork(context.Background(), netName)
+		_ = rt.DeleteNetwork(context.Background(), netName, owner)
 	})
 	priv := false
 
@@ -43,17 +43,17 @@ func BenchmarkLifecycleSeamVsDirect(b *testing.B) {
 			i++
 			name := fmt.Sprintf("%s-seam-%d", netName, i)
 			spec := container.MachineSpec{Name: name, Image: img, Network: netName, Role: container.RoleWorker,
-				Privileged: &priv, Labels: container.OwnerLabels(netName, uid, name, ""), Cmd: runtimetest.LoopCmd}
+				Privileged: &priv, Labels: owner.ForMachine(name).Labels(), Cmd: runtimetest.LoopCmd}
 			if _, err := rt.CreateMachine(ctx, spec); err != nil {
 				b.Fatal(err)
 			}
-			if err := rt.Start(ctx, name); err != nil {
+			if err := rt.Start(ctx, name, owner.ForMachine(name)); err != nil {
 				b.Fatal(err)
 			}
-			if res, err := rt.Exec(ctx, name, container.ExecInput{Cmd: []string{"true"}}); err != nil || res.ExitCode != 0 {
+			if res, err := rt.Exec(ctx, name, owner.ForMachine(name), container.ExecInput{Cmd: []string{"true"}}); err != nil || res.ExitCode != 0 {
 				b.Fatal(res, err)
 			}
-			if err := rt.Delete(ctx, name); err != nil {
+			if err := rt.Delete(ctx, name, owner.ForMachine(name)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -66,7 +66,7 @@ func BenchmarkLifecycleSeamVsDirect(b *testing.B) {
 			i++
 			name := fmt.Sprintf("%s-direct-%d", netName, i)
 			_, err := cli.ContainerCreate(ctx, &dcontainer.Config{Image: img, Cmd: runtimetest.LoopCmd,
-				Labels: container.OwnerLabels(netName, uid, name, "worker")},
+				Labels: owner.ForMachine(name).Labels()},
 				&dcontainer.HostConfig{NetworkMode: dcontainer.NetworkMode(netName)}, &network.NetworkingConfig{}, nil, name)
 			if err != nil {
 				b.Fatal(err)

@@ -133,6 +133,10 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 	if spec.Name == "" {
 		return container.Network{}, container.NewError("ensure", "network", "", container.KindInvalid, errors.New("name is empty"))
 	}
+	if !spec.Owner.Valid() || spec.Owner.Machine != "" {
+		return container.Network{}, container.NewError("ensure", "network", spec.Name, container.KindInvalid,
+			fmt.Errorf("a network needs a cluster owner without a machine, got %s", spec.Owner))
+	}
 	family := spec.IPFamily
 	if family == "" {
 		family = container.IPv4
@@ -155,7 +159,7 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 			Driver:     "bridge",
 			EnableIPv6: &enable6,
 			IPAM:       ipam,
-			Labels:     spec.Labels,
+			Labels:     spec.Owner.Labels(),
 			Options:    map[string]string{"com.docker.network.bridge.enable_ip_masquerade": "true"},
 		})
 		if err == nil {
@@ -179,9 +183,8 @@ func (r *Runtime) adoptNetwork(ctx context.Context, spec container.NetworkSpec) 
 	if err != nil {
 		return container.Network{}, err
 	}
-	if !container.MatchesSelector(n.Labels, spec.Labels) {
-		return container.Network{}, container.NewError("adopt", "network", spec.Name, container.KindConflict,
-			fmt.Errorf("network %q exists with labels %v, not owned by %v", spec.Name, n.Labels, spec.Labels))
+	if !spec.Owner.Owns(n.Labels) {
+		return container.Network{}, container.NotOwnedError("adopt", "network", spec.Name, spec.Owner, n.Labels)
 	}
 	return n, nil
 }
@@ -212,8 +215,20 @@ func (r *Runtime) InspectNetwork(ctx context.Context, name string) (container.Ne
 }
 
 // DeleteNetwork implements container.Runtime.
-func (r *Runtime) DeleteNetwork(ctx context.Context, name string) error {
-	err := r.cli.NetworkRemove(ctx, name)
+func (r *Runtime) DeleteNetwork(ctx context.Context, name string, owner container.Owner) error {
+	n, err := r.InspectNetwork(ctx, name)
+	if container.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !owner.ClusterOwner().Owns(n.Labels) {
+		return container.NotOwnedError("delete", "network", name, owner.ClusterOwner(), n.Labels)
+	}
+	// By ID: a network re-created under the same name since the inspect is
+	// not the one that was checked.
+	err = r.cli.NetworkRemove(ctx, n.ID)
 	if err != nil && cerrdefs.IsNotFound(err) {
 		return nil
 	}
@@ -227,9 +242,9 @@ func (r *Runtime) CreateMachine(ctx context.Context, spec container.MachineSpec)
 	if spec.Name == "" || spec.Image == "" {
 		return nil, container.NewError("create", "container", spec.Name, container.KindInvalid, errors.New("name and image are required"))
 	}
-	if spec.Labels[container.LabelClusterUID] == "" || spec.Labels[container.LabelMachine] == "" {
+	if owner := container.OwnerOf(spec.Labels); !owner.Valid() || owner.Machine == "" {
 		return nil, container.NewError("create", "container", spec.Name, container.KindInvalid,
-			fmt.Errorf("labels must carry %s and %s", container.LabelClusterUID, container.LabelMachine))
+			fmt.Errorf("labels must name a complete owner with a machine, got %s", owner))
 	}
 	if m, err := r.adopt(ctx, spec); err == nil || !container.IsNotFound(err) {
 		return m, err
@@ -251,11 +266,8 @@ func (r *Runtime) adopt(ctx context.Context, spec container.MachineSpec) (*conta
 	if err != nil {
 		return nil, err
 	}
-	if !container.SameOwner(m.Labels, spec.Labels) {
-		return nil, container.NewError("create", "container", spec.Name, container.KindConflict,
-			fmt.Errorf("container %q already exists and is not owned by cluster UID %q machine %q (its labels: %s=%q %s=%q)",
-				spec.Name, spec.Labels[container.LabelClusterUID], spec.Labels[container.LabelMachine],
-				container.LabelClusterUID, m.Labels[container.LabelClusterUID], container.LabelMachine, m.Labels[container.LabelMachine]))
+	if owner := container.OwnerOf(spec.Labels); !owner.Owns(m.Labels) {
+		return nil, container.NotOwnedError("adopt", "container", spec.Name, owner, m.Labels)
 	}
 	return m, nil
 }
@@ -332,26 +344,64 @@ func bind(m container.Mount) string {
 	return b
 }
 
+// owned inspects the container and checks that owner owns it before op
+// changes it. The caller acts on the returned ID, not the name, so that a
+// container re-created under the same name in between is not touched.
+func (r *Runtime) owned(ctx context.Context, op, name string, owner container.Owner) (dcontainer.InspectResponse, error) {
+	ci, err := r.cli.ContainerInspect(ctx, name)
+	if err != nil {
+		return ci, wrap(op, "container", name, err)
+	}
+	var labels map[string]string
+	if ci.Config != nil {
+		labels = ci.Config.Labels
+	}
+	if !owner.Owns(labels) {
+		return ci, container.NotOwnedError(op, "container", name, owner, labels)
+	}
+	return ci, nil
+}
+
 // Start implements container.Runtime.
-func (r *Runtime) Start(ctx context.Context, name string) error {
-	return wrap("start", "container", name, r.cli.ContainerStart(ctx, name, dcontainer.StartOptions{}))
+func (r *Runtime) Start(ctx context.Context, name string, owner container.Owner) error {
+	ci, err := r.owned(ctx, "start", name, owner)
+	if err != nil {
+		return err
+	}
+	return wrap("start", "container", name, r.cli.ContainerStart(ctx, ci.ID, dcontainer.StartOptions{}))
 }
 
 // Stop implements container.Runtime.
-func (r *Runtime) Stop(ctx context.Context, name string, timeout time.Duration) error {
+func (r *Runtime) Stop(ctx context.Context, name string, owner container.Owner, timeout time.Duration) error {
+	ci, err := r.owned(ctx, "stop", name, owner)
+	if err != nil {
+		return err
+	}
 	secs := int((timeout + time.Second - 1) / time.Second)
-	return wrap("stop", "container", name, r.cli.ContainerStop(ctx, name, dcontainer.StopOptions{Timeout: &secs}))
+	return wrap("stop", "container", name, r.cli.ContainerStop(ctx, ci.ID, dcontainer.StopOptions{Timeout: &secs}))
 }
 
 // Signal implements container.Runtime.
-func (r *Runtime) Signal(ctx context.Context, name, signal string) error {
-	return wrap("signal "+signal+" to", "container", name, r.cli.ContainerKill(ctx, name, signal))
+func (r *Runtime) Signal(ctx context.Context, name string, owner container.Owner, signal string) error {
+	op := "signal " + signal + " to"
+	ci, err := r.owned(ctx, op, name, owner)
+	if err != nil {
+		return err
+	}
+	return wrap(op, "container", name, r.cli.ContainerKill(ctx, ci.ID, signal))
 }
 
 // Delete implements container.Runtime. Deleting a missing container is not an
 // error.
-func (r *Runtime) Delete(ctx context.Context, name string) error {
-	err := r.cli.ContainerRemove(ctx, name, dcontainer.RemoveOptions{Force: true, RemoveVolumes: true})
+func (r *Runtime) Delete(ctx context.Context, name string, owner container.Owner) error {
+	ci, err := r.owned(ctx, "delete", name, owner)
+	if container.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	err = r.cli.ContainerRemove(ctx, ci.ID, dcontainer.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && cerrdefs.IsNotFound(err) {
 		return nil
 	}
@@ -410,7 +460,7 @@ func ports(pm nat.PortMap) []container.PortBinding {
 }
 
 func labelFilters(selector map[string]string) filters.Args {
-	f := filters.NewArgs(filters.Arg("label", container.LabelClusterUID))
+	f := filters.NewArgs(filters.Arg("label", container.LabelClusterID))
 	for k, v := range selector {
 		f.Add("label", k+"="+v)
 	}
@@ -425,7 +475,7 @@ func (r *Runtime) List(ctx context.Context, labelSelector map[string]string) ([]
 	}
 	out := make([]container.Machine, 0, len(cs))
 	for _, c := range cs {
-		if _, ok := c.Labels[container.LabelClusterUID]; !ok || !container.MatchesSelector(c.Labels, labelSelector) {
+		if _, ok := c.Labels[container.LabelClusterID]; !ok || !container.MatchesSelector(c.Labels, labelSelector) {
 			continue
 		}
 		m := container.Machine{ID: c.ID, Image: c.Image, Labels: c.Labels, State: container.MachineState(c.State),
@@ -456,7 +506,16 @@ func (r *Runtime) List(ctx context.Context, labelSelector map[string]string) ([]
 // Exec implements container.Runtime. On timeout it returns an error for which
 // container.IsTimeout is true and closes the connection; the Docker API has no
 // call to kill an exec'd process, so it may be left running in the container.
-func (r *Runtime) Exec(ctx context.Context, name string, in container.ExecInput) (container.ExecResult, error) {
+func (r *Runtime) Exec(ctx context.Context, name string, owner container.Owner, in container.ExecInput) (container.ExecResult, error) {
+	if _, err := r.owned(ctx, "exec in", name, owner); err != nil {
+		return container.ExecResult{}, err
+	}
+	return r.exec(ctx, name, in)
+}
+
+// exec runs a command without the ownership check, for the calls that made
+// it already.
+func (r *Runtime) exec(ctx context.Context, name string, in container.ExecInput) (container.ExecResult, error) {
 	if len(in.Cmd) == 0 {
 		return container.ExecResult{}, container.NewError("exec in", "container", name, container.KindInvalid, errors.New("empty command"))
 	}
@@ -530,15 +589,17 @@ func (r *Runtime) Exec(ctx context.Context, name string, in container.ExecInput)
 
 // WriteFile implements container.Runtime: it sends a tar holding the missing
 // parent directories and the file to the engine's archive API.
-func (r *Runtime) WriteFile(ctx context.Context, name, p string, content []byte, mode os.FileMode) error {
+func (r *Runtime) WriteFile(ctx context.Context, name string, owner container.Owner, p string, content []byte, mode os.FileMode) error {
 	op := "write " + strconv.Quote(p) + " in"
 	if !path.IsAbs(p) || path.Clean(p) == "/" {
 		return container.NewError(op, "container", name, container.KindInvalid, errors.New("path must be absolute and name a file"))
 	}
 	p = path.Clean(p)
-	if onTmpfs, err := r.onTmpfs(ctx, name, p); err != nil {
-		return wrap(op, "container", name, err)
-	} else if onTmpfs {
+	ci, err := r.owned(ctx, op, name, owner)
+	if err != nil {
+		return err
+	}
+	if onTmpfs(ci, p) {
 		return r.writeFileByExec(ctx, op, name, p, content, mode)
 	}
 	// Find the missing parents so existing directories keep their modes.
@@ -576,9 +637,11 @@ func (r *Runtime) WriteFile(ctx context.Context, name, p string, content []byte,
 // ReadFile implements container.Runtime.
 func (r *Runtime) ReadFile(ctx context.Context, name, p string) ([]byte, error) {
 	op := "read " + strconv.Quote(p) + " in"
-	if onTmpfs, err := r.onTmpfs(ctx, name, path.Clean(p)); err != nil {
+	ci, err := r.cli.ContainerInspect(ctx, name)
+	if err != nil {
 		return nil, wrap(op, "container", name, err)
-	} else if onTmpfs {
+	}
+	if onTmpfs(ci, path.Clean(p)) {
 		return r.readFileByExec(ctx, op, name, path.Clean(p))
 	}
 	rc, _, err := r.cli.CopyFromContainer(ctx, name, p)
@@ -735,11 +798,7 @@ func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (
 // (a node's /run and /tmp). The engine's archive API reads and writes the
 // container's root file system underneath such mounts, where the container
 // does not see them, so files there go through exec instead.
-func (r *Runtime) onTmpfs(ctx context.Context, name, p string) (bool, error) {
-	info, err := r.cli.ContainerInspect(ctx, name)
-	if err != nil {
-		return false, err
-	}
+func onTmpfs(info dcontainer.InspectResponse, p string) bool {
 	under := func(mount string) bool {
 		mount = path.Clean(mount)
 		return p == mount || strings.HasPrefix(p, strings.TrimSuffix(mount, "/")+"/")
@@ -747,22 +806,22 @@ func (r *Runtime) onTmpfs(ctx context.Context, name, p string) (bool, error) {
 	if info.HostConfig != nil {
 		for mount := range info.HostConfig.Tmpfs {
 			if under(mount) {
-				return true, nil
+				return true
 			}
 		}
 	}
 	for _, m := range info.Mounts {
 		if m.Type == mount.TypeTmpfs && under(m.Destination) {
-			return true, nil
+			return true
 		}
 	}
-	return false, nil
+	return false
 }
 
 // writeFileByExec writes a file with the container's own shell. The path
 // and mode are passed as arguments, never spliced into the script.
 func (r *Runtime) writeFileByExec(ctx context.Context, op, name, p string, content []byte, mode os.FileMode) error {
-	res, err := r.Exec(ctx, name, container.ExecInput{
+	res, err := r.exec(ctx, name, container.ExecInput{
 		Cmd:   []string{"sh", "-c", `mkdir -p "$(dirname "$1")" && cat > "$1" && chmod "$2" "$1"`, "sh", p, strconv.FormatUint(uint64(mode.Perm()), 8)},
 		Stdin: bytes.NewReader(content),
 	})
@@ -778,7 +837,7 @@ func (r *Runtime) writeFileByExec(ctx context.Context, op, name, p string, conte
 
 // readFileByExec reads a file with the container's own cat.
 func (r *Runtime) readFileByExec(ctx context.Context, op, name, p string) ([]byte, error) {
-	res, err := r.Exec(ctx, name, container.ExecInput{Cmd: []string{"cat", "--", p}})
+	res, err := r.exec(ctx, name, container.ExecInput{Cmd: []string{"cat", "--", p}})
 	if err != nil {
 		return nil, err
 	}

@@ -41,7 +41,7 @@ func TestExecLargeBinaryStdinRoundTrips(t *testing.T) {
 	m := e.Running(t, "big")
 	in := make([]byte, 10<<20)
 	_, _ = rand.Read(in)
-	res, err := rt.Exec(runtimetest.Ctx(t), m.Name, container.ExecInput{Cmd: []string{"cat"}, Stdin: bytes.NewReader(in)})
+	res, err := rt.Exec(runtimetest.Ctx(t), m.Name, container.OwnerOf(m.Labels), container.ExecInput{Cmd: []string{"cat"}, Stdin: bytes.NewReader(in)})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("exec: %v exit %d stderr %q", err, res.ExitCode, res.Stderr)
 	}
@@ -55,7 +55,7 @@ func TestExecTimeoutIsPrompt(t *testing.T) {
 	e := runtimetest.NewEnv(t, rt, testImage(t, rt), container.IPv4)
 	m := e.Running(t, "slow")
 	start := time.Now()
-	_, err := rt.Exec(runtimetest.Ctx(t), m.Name, container.ExecInput{Cmd: []string{"sleep", "60"}, Timeout: 500 * time.Millisecond})
+	_, err := rt.Exec(runtimetest.Ctx(t), m.Name, container.OwnerOf(m.Labels), container.ExecInput{Cmd: []string{"sleep", "60"}, Timeout: 500 * time.Millisecond})
 	d := time.Since(start)
 	if !container.IsTimeout(err) {
 		t.Fatalf("want a timeout error, got %v", err)
@@ -72,7 +72,7 @@ func TestOutOfBandRemovalIsAnEventWithin2s(t *testing.T) {
 	m := e.Running(t, "oob")
 	ctx, cancel := context.WithCancel(runtimetest.Ctx(t))
 	defer cancel()
-	ch, err := rt.Events(ctx, map[string]string{container.LabelClusterUID: e.ClusterUID})
+	ch, err := rt.Events(ctx, map[string]string{container.LabelClusterID: e.Owner.ClusterID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestParallelCreatesGetDistinctAddresses(t *testing.T) {
 				errs[i] = err
 				return
 			}
-			if err := rt.Start(ctx, s.Name); err != nil {
+			if err := rt.Start(ctx, s.Name, container.OwnerOf(s.Labels)); err != nil {
 				errs[i] = err
 				return
 			}
@@ -148,14 +148,15 @@ func TestUnreachableEngineIsTypedAndBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	start := time.Now()
+	owner := container.Owner{Namespace: "ns", Cluster: "c1", ClusterID: "id"}
 	checks := map[string]func() error{
 		"Inspect": func() error { _, err := rt.Inspect(ctx, "c1-cp-0"); return err },
 		"EnsureNetwork": func() error {
-			_, err := rt.EnsureNetwork(ctx, container.NetworkSpec{Name: "c1", Labels: map[string]string{container.LabelClusterUID: "u"}})
+			_, err := rt.EnsureNetwork(ctx, container.NetworkSpec{Name: "c1", Owner: owner})
 			return err
 		},
 		"Exec": func() error {
-			_, err := rt.Exec(ctx, "c1-cp-0", container.ExecInput{Cmd: []string{"true"}})
+			_, err := rt.Exec(ctx, "c1-cp-0", owner.ForMachine("cp-0"), container.ExecInput{Cmd: []string{"true"}})
 			return err
 		},
 		"Events": func() error { _, err := rt.Events(ctx, nil); return err },
@@ -188,7 +189,7 @@ func TestNodeFlagsLimitsAndPublishedPort(t *testing.T) {
 	if _, err := rt.CreateMachine(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.Start(ctx, s.Name); err != nil {
+	if err := rt.Start(ctx, s.Name, container.OwnerOf(s.Labels)); err != nil {
 		t.Fatal(err)
 	}
 	m, err := rt.Inspect(ctx, s.Name)
@@ -236,7 +237,7 @@ func TestNodeFlagsLimitsAndPublishedPort(t *testing.T) {
 		t.Fatalf("no anonymous volume on /var: %+v", ci.Mounts)
 	}
 	// The hostname is the machine name inside the container too.
-	res, err := rt.Exec(ctx, s.Name, container.ExecInput{Cmd: []string{"hostname"}})
+	res, err := rt.Exec(ctx, s.Name, container.OwnerOf(s.Labels), container.ExecInput{Cmd: []string{"hostname"}})
 	if err != nil || strings.TrimSpace(string(res.Stdout)) != s.Name {
 		t.Fatalf("hostname %q %v", res.Stdout, err)
 	}
@@ -255,7 +256,7 @@ func TestDualStackNetwork(t *testing.T) {
 	if _, err := rt.CreateMachine(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.Start(ctx, s.Name); err != nil {
+	if err := rt.Start(ctx, s.Name, container.OwnerOf(s.Labels)); err != nil {
 		t.Fatalf("start with IPv6 sysctls: %v", err)
 	}
 	m, err := rt.Inspect(ctx, s.Name)
@@ -297,7 +298,7 @@ func TestImagesSaveLoadExistsAndPreload(t *testing.T) {
 	// has no ctr, so the exec must fail with a readable error naming it.
 	e := runtimetest.NewEnv(t, rt, img, container.IPv4)
 	m := e.Running(t, "preload")
-	err = container.PreloadImages(ctx, rt, m.Name, []string{img})
+	err = container.PreloadImages(ctx, rt, m.Name, e.Owns("preload"), []string{img})
 	if err == nil || !strings.Contains(err.Error(), m.Name) {
 		t.Fatalf("preload into a node without ctr: %v", err)
 	}
@@ -315,7 +316,7 @@ func TestFilesOnTmpfsAreVisibleInside(t *testing.T) {
 	if _, err := rt.CreateMachine(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.Start(ctx, s.Name); err != nil {
+	if err := rt.Start(ctx, s.Name, container.OwnerOf(s.Labels)); err != nil {
 		t.Fatal(err)
 	}
 	const p = "/run/kubeadm/kubeadm.yaml"
@@ -323,10 +324,10 @@ func TestFilesOnTmpfsAreVisibleInside(t *testing.T) {
 		t.Fatalf("want NotFound before the write, got %v", err)
 	}
 	want := []byte("kind: InitConfiguration\n")
-	if err := rt.WriteFile(ctx, s.Name, p, want, 0o600); err != nil {
+	if err := rt.WriteFile(ctx, s.Name, container.OwnerOf(s.Labels), p, want, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	res, err := rt.Exec(ctx, s.Name, container.ExecInput{Cmd: []string{"sh", "-c", "cat " + p + " && ls -l " + p}})
+	res, err := rt.Exec(ctx, s.Name, container.OwnerOf(s.Labels), container.ExecInput{Cmd: []string{"sh", "-c", "cat " + p + " && ls -l " + p}})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("the container does not see %s: %v %d %s", p, err, res.ExitCode, res.Stderr)
 	}

@@ -206,10 +206,13 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 	if spec.Name == "" {
 		return container.Network{}, container.NewError("ensure", "network", "", container.KindInvalid, errors.New("name is empty"))
 	}
+	if !spec.Owner.Valid() || spec.Owner.Machine != "" {
+		return container.Network{}, container.NewError("ensure", "network", spec.Name, container.KindInvalid,
+			fmt.Errorf("a network needs a cluster owner without a machine, got %s", spec.Owner))
+	}
 	if n, ok := r.networks[spec.Name]; ok {
-		if !container.MatchesSelector(n.net.Labels, spec.Labels) {
-			return container.Network{}, container.NewError("adopt", "network", spec.Name, container.KindConflict,
-				fmt.Errorf("network %q exists with labels %v, not owned by %v", spec.Name, n.net.Labels, spec.Labels))
+		if !spec.Owner.Owns(n.net.Labels) {
+			return container.Network{}, container.NotOwnedError("adopt", "network", spec.Name, spec.Owner, n.net.Labels)
 		}
 		return n.net, nil
 	}
@@ -222,7 +225,7 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 		if r.overlapsLocked(v4) || (family.HasIPv6() && r.overlapsLocked(v6)) {
 			continue
 		}
-		n := container.Network{Name: spec.Name, ID: r.newID(), Labels: maps.Clone(spec.Labels)}
+		n := container.Network{Name: spec.Name, ID: r.newID(), Labels: spec.Owner.Labels()}
 		if family.HasIPv4() || family == container.IPv6 { // bridge networks always get IPv4
 			n.IPv4Subnet = v4
 		}
@@ -267,11 +270,18 @@ func (r *Runtime) InspectNetwork(ctx context.Context, name string) (container.Ne
 }
 
 // DeleteNetwork implements container.Runtime.
-func (r *Runtime) DeleteNetwork(ctx context.Context, name string) error {
+func (r *Runtime) DeleteNetwork(ctx context.Context, name string, owner container.Owner) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.failure(OpDeleteNetwork); err != nil {
 		return err
+	}
+	n, ok := r.networks[name]
+	if !ok {
+		return nil
+	}
+	if !owner.ClusterOwner().Owns(n.net.Labels) {
+		return container.NotOwnedError("delete", "network", name, owner.ClusterOwner(), n.net.Labels)
 	}
 	for _, c := range r.containers {
 		if c.m.Network == name {
@@ -293,16 +303,14 @@ func (r *Runtime) CreateMachine(ctx context.Context, spec container.MachineSpec)
 	if spec.Name == "" || spec.Image == "" {
 		return nil, container.NewError("create", "container", spec.Name, container.KindInvalid, errors.New("name and image are required"))
 	}
-	if spec.Labels[container.LabelClusterUID] == "" || spec.Labels[container.LabelMachine] == "" {
+	owner := container.OwnerOf(spec.Labels)
+	if !owner.Valid() || owner.Machine == "" {
 		return nil, container.NewError("create", "container", spec.Name, container.KindInvalid,
-			fmt.Errorf("labels must carry %s and %s", container.LabelClusterUID, container.LabelMachine))
+			fmt.Errorf("labels must name a complete owner with a machine, got %s", owner))
 	}
 	if c, ok := r.containers[spec.Name]; ok {
-		if !container.SameOwner(c.m.Labels, spec.Labels) {
-			return nil, container.NewError("create", "container", spec.Name, container.KindConflict,
-				fmt.Errorf("container %q already exists and is not owned by cluster UID %q machine %q (its labels: %s=%q %s=%q)",
-					spec.Name, spec.Labels[container.LabelClusterUID], spec.Labels[container.LabelMachine],
-					container.LabelClusterUID, c.m.Labels[container.LabelClusterUID], container.LabelMachine, c.m.Labels[container.LabelMachine]))
+		if !owner.Owns(c.m.Labels) {
+			return nil, container.NotOwnedError("adopt", "container", spec.Name, owner, c.m.Labels)
 		}
 		return snapshot(c), nil
 	}
@@ -337,14 +345,27 @@ func (r *Runtime) get(op, name string) (*fakeContainer, error) {
 	return c, nil
 }
 
+// owned is get for the calls that change a container: it refuses one that
+// owner does not own.
+func (r *Runtime) owned(op, name string, owner container.Owner) (*fakeContainer, error) {
+	c, err := r.get(op, name)
+	if err != nil {
+		return nil, err
+	}
+	if !owner.Owns(c.m.Labels) {
+		return nil, container.NotOwnedError(op, "container", name, owner, c.m.Labels)
+	}
+	return c, nil
+}
+
 // Start implements container.Runtime.
-func (r *Runtime) Start(ctx context.Context, name string) error {
+func (r *Runtime) Start(ctx context.Context, name string, owner container.Owner) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.failure(OpStart); err != nil {
 		return err
 	}
-	c, err := r.get("start", name)
+	c, err := r.owned("start", name, owner)
 	if err != nil {
 		return err
 	}
@@ -402,13 +423,13 @@ func (r *Runtime) allocLocked(n *fakeNetwork, p netip.Prefix, v6 bool) netip.Add
 }
 
 // Stop implements container.Runtime.
-func (r *Runtime) Stop(ctx context.Context, name string, timeout time.Duration) error {
+func (r *Runtime) Stop(ctx context.Context, name string, owner container.Owner, timeout time.Duration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.failure(OpStop); err != nil {
 		return err
 	}
-	c, err := r.get("stop", name)
+	c, err := r.owned("stop", name, owner)
 	if err != nil {
 		return err
 	}
@@ -421,13 +442,13 @@ func (r *Runtime) Stop(ctx context.Context, name string, timeout time.Duration) 
 }
 
 // Signal implements container.Runtime: it records the signal (see Signals).
-func (r *Runtime) Signal(ctx context.Context, name, signal string) error {
+func (r *Runtime) Signal(ctx context.Context, name string, owner container.Owner, signal string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.failure(OpSignal); err != nil {
 		return err
 	}
-	c, err := r.get("signal "+signal+" to", name)
+	c, err := r.owned("signal "+signal+" to", name, owner)
 	if err != nil {
 		return err
 	}
@@ -447,15 +468,20 @@ func (r *Runtime) Signals() []string {
 
 // Delete implements container.Runtime. Deleting a missing container is not an
 // error.
-func (r *Runtime) Delete(ctx context.Context, name string) error {
+func (r *Runtime) Delete(ctx context.Context, name string, owner container.Owner) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.failure(OpDelete); err != nil {
 		return err
 	}
-	if c, ok := r.containers[name]; ok {
-		r.removeLocked(c)
+	c, err := r.owned("delete", name, owner)
+	if container.IsNotFound(err) {
+		return nil
 	}
+	if err != nil {
+		return err
+	}
+	r.removeLocked(c)
 	return nil
 }
 
@@ -482,7 +508,7 @@ func (r *Runtime) List(ctx context.Context, labelSelector map[string]string) ([]
 	}
 	var out []container.Machine
 	for _, c := range r.containers {
-		if _, ok := c.m.Labels[container.LabelClusterUID]; ok && container.MatchesSelector(c.m.Labels, labelSelector) {
+		if _, ok := c.m.Labels[container.LabelClusterID]; ok && container.MatchesSelector(c.m.Labels, labelSelector) {
 			out = append(out, *snapshot(c))
 		}
 	}
@@ -494,7 +520,7 @@ func (r *Runtime) List(ctx context.Context, labelSelector map[string]string) ([]
 // handler (SetExecHandler), then the built-ins: true, false, echo, cat (of
 // written files, or of stdin), test -f/-e/-d, sleep (honours the timeout) and
 // `sh -c "exit N"`; anything else exits 0 with no output.
-func (r *Runtime) Exec(ctx context.Context, name string, in container.ExecInput) (container.ExecResult, error) {
+func (r *Runtime) Exec(ctx context.Context, name string, owner container.Owner, in container.ExecInput) (container.ExecResult, error) {
 	op := fmt.Sprintf("exec %q in", strings.Join(in.Cmd, " "))
 	var stdin []byte
 	if in.Stdin != nil {
@@ -513,7 +539,7 @@ func (r *Runtime) Exec(ctx context.Context, name string, in container.ExecInput)
 		r.mu.Unlock()
 		return container.ExecResult{}, container.NewError(op, "container", name, container.KindInvalid, errors.New("empty command"))
 	}
-	c, err := r.get(op, name)
+	c, err := r.owned(op, name, owner)
 	if err == nil && c.m.State != container.StateRunning {
 		err = container.NewError(op, "container", name, container.KindConflict, fmt.Errorf("container %s is not running", name))
 	}
@@ -604,7 +630,7 @@ func (r *Runtime) builtin(ctx context.Context, op, name string, files map[string
 }
 
 // WriteFile implements container.Runtime.
-func (r *Runtime) WriteFile(ctx context.Context, name, p string, content []byte, mode os.FileMode) error {
+func (r *Runtime) WriteFile(ctx context.Context, name string, owner container.Owner, p string, content []byte, mode os.FileMode) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.failure(OpWriteFile); err != nil {
@@ -614,7 +640,7 @@ func (r *Runtime) WriteFile(ctx context.Context, name, p string, content []byte,
 	if !path.IsAbs(p) || path.Clean(p) == "/" {
 		return container.NewError(op, "container", name, container.KindInvalid, errors.New("path must be absolute and name a file"))
 	}
-	c, err := r.get(op, name)
+	c, err := r.owned(op, name, owner)
 	if err != nil {
 		return err
 	}

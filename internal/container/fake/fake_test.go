@@ -24,13 +24,13 @@ func TestFailNextAndOutOfBandRemoval(t *testing.T) {
 	if _, err := rt.CreateMachine(ctx, e.Spec("m")); err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.Start(ctx, e.Spec("m").Name); !container.IsTransient(err) {
+	if err := rt.Start(ctx, e.Spec("m").Name, e.Owns("m")); !container.IsTransient(err) {
 		t.Fatalf("want injected transient error, got %v", err)
 	}
 	evctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch, _ := rt.Events(evctx, map[string]string{container.LabelClusterUID: e.ClusterUID})
-	if err := rt.Start(ctx, e.Spec("m").Name); err != nil {
+	ch, _ := rt.Events(evctx, map[string]string{container.LabelClusterID: e.Owner.ClusterID})
+	if err := rt.Start(ctx, e.Spec("m").Name, e.Owns("m")); err != nil {
 		t.Fatal(err)
 	}
 	if !rt.RemoveOutOfBand(e.Spec("m").Name) {
@@ -58,7 +58,7 @@ func TestPreloadImages(t *testing.T) {
 	e := runtimetest.NewEnv(t, rt, "img", container.IPv4)
 	rt.AddImage("registry.k8s.io/pause:3.10", []byte("pause-bits"))
 	m := e.Running(t, "node")
-	if err := container.PreloadImages(context.Background(), rt, m.Name, []string{"registry.k8s.io/pause:3.10"}); err != nil {
+	if err := container.PreloadImages(context.Background(), rt, m.Name, e.Owns("node"), []string{"registry.k8s.io/pause:3.10"}); err != nil {
 		t.Fatal(err)
 	}
 	calls := rt.ExecCalls()

@@ -21,22 +21,27 @@ var LoopCmd = []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 &
 
 // Env is what a suite run made for itself.
 type Env struct {
-	RT         container.Runtime
-	Prefix     string
-	ClusterUID string
-	Network    container.Network
-	Image      string
+	RT container.Runtime
+	// Prefix starts the names of everything the run makes.
+	Prefix string
+	// Owner is the run's cluster (no machine); Spec gives its machines.
+	Owner   container.Owner
+	Network container.Network
+	Image   string
 }
 
+// Owns returns the owner of machine's container.
+func (e *Env) Owns(machine string) container.Owner { return e.Owner.ForMachine(machine) }
+
 // Spec returns a MachineSpec for machine on the suite's network, owned by
-// the suite's cluster UID.
+// the suite's cluster.
 func (e *Env) Spec(machine string) container.MachineSpec {
 	priv := false
 	return container.MachineSpec{
 		Name:       e.Prefix + "-" + machine,
 		Image:      e.Image,
 		Network:    e.Network.Name,
-		Labels:     container.OwnerLabels(e.Prefix, e.ClusterUID, machine, ""),
+		Labels:     e.Owns(machine).Labels(),
 		Role:       container.RoleWorker,
 		Privileged: &priv,
 		Cmd:        LoopCmd,
@@ -51,7 +56,7 @@ func (e *Env) Running(t *testing.T, machine string) *container.Machine {
 	if _, err := e.RT.CreateMachine(ctx, e.Spec(machine)); err != nil {
 		t.Fatalf("CreateMachine: %v", err)
 	}
-	if err := e.RT.Start(ctx, e.Spec(machine).Name); err != nil {
+	if err := e.RT.Start(ctx, e.Spec(machine).Name, e.Owns(machine)); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 	m, err := e.RT.Inspect(ctx, e.Spec(machine).Name)
@@ -76,15 +81,14 @@ func RandomSuffix() string {
 }
 
 // NewEnv makes a network with unique names and a cleanup that deletes only
-// what carries this run's cluster UID, then the network.
+// what this run's cluster owns, then the network.
 func NewEnv(t *testing.T, rt container.Runtime, image string, family container.IPFamily) *Env {
 	t.Helper()
 	suffix := RandomSuffix()
-	e := &Env{RT: rt, Prefix: "capct-rt-" + suffix, ClusterUID: "uid-" + suffix, Image: image}
+	e := &Env{RT: rt, Prefix: "capct-rt-" + suffix, Image: image,
+		Owner: container.Owner{Namespace: "ns-" + suffix, Cluster: "capct-rt-" + suffix, ClusterID: "id-" + suffix}}
 	ctx := Ctx(t)
-	n, err := rt.EnsureNetwork(ctx, container.NetworkSpec{
-		Name: e.Prefix, Labels: container.OwnerLabels(e.Prefix, e.ClusterUID, "", ""), IPFamily: family,
-	})
+	n, err := rt.EnsureNetwork(ctx, container.NetworkSpec{Name: e.Prefix, Owner: e.Owner, IPFamily: family})
 	if err != nil {
 		t.Fatalf("EnsureNetwork: %v", err)
 	}
@@ -92,16 +96,16 @@ func NewEnv(t *testing.T, rt container.Runtime, image string, family container.I
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		ms, err := container.ListOwned(ctx, rt, e.ClusterUID, nil)
+		ms, err := container.ListOwned(ctx, rt, e.Owner, nil)
 		if err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 		for _, m := range ms {
-			if err := rt.Delete(ctx, m.Name); err != nil {
+			if err := rt.Delete(ctx, m.Name, e.Owns(m.Labels[container.LabelMachine])); err != nil {
 				t.Errorf("cleanup: %v", err)
 			}
 		}
-		if err := rt.DeleteNetwork(ctx, n.Name); err != nil {
+		if err := rt.DeleteNetwork(ctx, n.Name, e.Owner); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
@@ -120,7 +124,7 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, ima
 		run  func(t *testing.T, e *Env)
 	}{
 		{"EnsureNetworkTwiceGivesTheSameNetwork", func(t *testing.T, e *Env) {
-			n, err := e.RT.EnsureNetwork(Ctx(t), container.NetworkSpec{Name: e.Network.Name, Labels: container.OwnerLabels(e.Prefix, e.ClusterUID, "", "")})
+			n, err := e.RT.EnsureNetwork(Ctx(t), container.NetworkSpec{Name: e.Network.Name, Owner: e.Owner})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,9 +143,49 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, ima
 			}
 		}},
 		{"EnsureNetworkWithForeignLabelsConflicts", func(t *testing.T, e *Env) {
-			_, err := e.RT.EnsureNetwork(Ctx(t), container.NetworkSpec{Name: e.Network.Name, Labels: container.OwnerLabels("other", "other-uid", "", "")})
-			if !container.IsConflict(err) || !strings.Contains(err.Error(), e.Network.Name) {
-				t.Fatalf("want a conflict naming %q, got %v", e.Network.Name, err)
+			for _, other := range foreignOwners(e.Owner) {
+				_, err := e.RT.EnsureNetwork(Ctx(t), container.NetworkSpec{Name: e.Network.Name, Owner: other})
+				if !container.IsConflict(err) || !strings.Contains(err.Error(), e.Network.Name) {
+					t.Fatalf("owner %s: want a conflict naming %q, got %v", other, e.Network.Name, err)
+				}
+			}
+		}},
+		{"DeleteNetworkOfAnotherOwnerIsRefused", func(t *testing.T, e *Env) {
+			for _, other := range foreignOwners(e.Owner) {
+				if err := e.RT.DeleteNetwork(Ctx(t), e.Network.Name, other); !container.IsConflict(err) {
+					t.Fatalf("owner %s: want a conflict, got %v", other, err)
+				}
+			}
+			if _, err := e.RT.InspectNetwork(Ctx(t), e.Network.Name); err != nil {
+				t.Fatalf("the network must still be there: %v", err)
+			}
+		}},
+		{"MutatingCallsOfAnotherOwnerAreRefused", func(t *testing.T, e *Env) {
+			m := e.Running(t, "guarded")
+			ctx := Ctx(t)
+			for _, other := range append(foreignOwners(e.Owns("guarded")), e.Owns("another-machine"), e.Owner) {
+				calls := map[string]error{
+					"Start":     e.RT.Start(ctx, m.Name, other),
+					"Stop":      e.RT.Stop(ctx, m.Name, other, time.Second),
+					"Signal":    e.RT.Signal(ctx, m.Name, other, "SIGHUP"),
+					"WriteFile": e.RT.WriteFile(ctx, m.Name, other, "/written-by-another", []byte("x"), 0o644),
+					"Delete":    e.RT.Delete(ctx, m.Name, other),
+				}
+				_, calls["Exec"] = e.RT.Exec(ctx, m.Name, other, container.ExecInput{Cmd: []string{"touch", "/exec-by-another"}})
+				for call, err := range calls {
+					if !container.IsConflict(err) || !strings.Contains(err.Error(), m.Name) {
+						t.Errorf("%s as %s: want a conflict naming %q, got %v", call, other, m.Name, err)
+					}
+				}
+			}
+			got, err := e.RT.Inspect(ctx, m.Name)
+			if err != nil || got.State != container.StateRunning || got.ID != m.ID {
+				t.Fatalf("the container must be untouched and running: %+v, %v", got, err)
+			}
+			for _, p := range []string{"/written-by-another", "/exec-by-another"} {
+				if _, err := e.RT.ReadFile(ctx, m.Name, p); !container.IsNotFound(err) {
+					t.Fatalf("%s must not exist: %v", p, err)
+				}
 			}
 		}},
 		{"InspectNetworkIgnoresOwnership", func(t *testing.T, e *Env) {
@@ -170,7 +214,7 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, ima
 			if a.ID == "" || a.ID != b.ID {
 				t.Fatalf("second create gave %q, first %q", b.ID, a.ID)
 			}
-			if a.Labels[container.LabelClusterUID] != e.ClusterUID || a.Labels[container.LabelRole] != string(container.RoleWorker) {
+			if !e.Owns("adopt").Owns(a.Labels) || a.Labels[container.LabelRole] != string(container.RoleWorker) {
 				t.Fatalf("labels %v", a.Labels)
 			}
 		}},
@@ -179,14 +223,16 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, ima
 			if _, err := e.RT.CreateMachine(ctx, e.Spec("foreign")); err != nil {
 				t.Fatal(err)
 			}
-			s := e.Spec("foreign")
-			s.Labels = container.OwnerLabels("other", "other-uid", "foreign", "")
-			_, err := e.RT.CreateMachine(ctx, s)
-			if !container.IsConflict(err) {
-				t.Fatalf("want conflict, got %v", err)
-			}
-			if !strings.Contains(err.Error(), s.Name) || !strings.Contains(err.Error(), "other-uid") {
-				t.Fatalf("message should name the container and the wanted owner: %v", err)
+			for _, other := range foreignOwners(e.Owns("foreign")) {
+				s := e.Spec("foreign")
+				s.Labels = other.Labels()
+				_, err := e.RT.CreateMachine(ctx, s)
+				if !container.IsConflict(err) {
+					t.Fatalf("owner %s: want conflict, got %v", other, err)
+				}
+				if !strings.Contains(err.Error(), s.Name) || !strings.Contains(err.Error(), other.String()) {
+					t.Fatalf("message should name the container and the wanted owner: %v", err)
+				}
 			}
 		}},
 		{"StartInspectShowsRunningWithAnAddressInTheSubnet", func(t *testing.T, e *Env) {
@@ -208,20 +254,20 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, ima
 				cmd  []string
 				code int
 			}{{[]string{"true"}, 0}, {[]string{"false"}, 1}, {[]string{"sh", "-c", "exit 7"}, 7}} {
-				res, err := e.RT.Exec(ctx, m.Name, container.ExecInput{Cmd: c.cmd})
+				res, err := e.RT.Exec(ctx, m.Name, e.Owns(m.Labels[container.LabelMachine]), container.ExecInput{Cmd: c.cmd})
 				if err != nil || res.ExitCode != c.code {
 					t.Fatalf("%v: exit %d, err %v; want %d", c.cmd, res.ExitCode, err, c.code)
 				}
 			}
-			res, err := e.RT.Exec(ctx, m.Name, container.ExecInput{Cmd: []string{"echo", "hello"}})
+			res, err := e.RT.Exec(ctx, m.Name, e.Owns(m.Labels[container.LabelMachine]), container.ExecInput{Cmd: []string{"echo", "hello"}})
 			if err != nil || string(res.Stdout) != "hello\n" || len(res.Stderr) != 0 {
 				t.Fatalf("echo: %q %q %v", res.Stdout, res.Stderr, err)
 			}
-			res, err = e.RT.Exec(ctx, m.Name, container.ExecInput{Cmd: []string{"cat", "/does/not/exist"}})
+			res, err = e.RT.Exec(ctx, m.Name, e.Owns(m.Labels[container.LabelMachine]), container.ExecInput{Cmd: []string{"cat", "/does/not/exist"}})
 			if err != nil || res.ExitCode == 0 || len(res.Stderr) == 0 || len(res.Stdout) != 0 {
 				t.Fatalf("cat missing: %d %q %q %v", res.ExitCode, res.Stdout, res.Stderr, err)
 			}
-			res, err = e.RT.Exec(ctx, m.Name, container.ExecInput{Cmd: []string{"cat"}, Stdin: strings.NewReader("from stdin")})
+			res, err = e.RT.Exec(ctx, m.Name, e.Owns(m.Labels[container.LabelMachine]), container.ExecInput{Cmd: []string{"cat"}, Stdin: strings.NewReader("from stdin")})
 			if err != nil || string(res.Stdout) != "from stdin" {
 				t.Fatalf("cat stdin: %q %v", res.Stdout, err)
 			}
@@ -229,7 +275,7 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, ima
 		{"ExecTimeoutIsTyped", func(t *testing.T, e *Env) {
 			m := e.Running(t, "timeout")
 			start := time.Now()
-			_, err := e.RT.Exec(Ctx(t), m.Name, container.ExecInput{Cmd: []string{"sleep", "30"}, Timeout: 300 * time.Millisecond})
+			_, err := e.RT.Exec(Ctx(t), m.Name, e.Owns(m.Labels[container.LabelMachine]), container.ExecInput{Cmd: []string{"sleep", "30"}, Timeout: 300 * time.Millisecond})
 			if !container.IsTimeout(err) || !strings.Contains(err.Error(), m.Name) {
 				t.Fatalf("want a timeout naming %q, got %v", m.Name, err)
 			}
@@ -241,18 +287,18 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, ima
 			m := e.Running(t, "files")
 			ctx := Ctx(t)
 			content := []byte("kind: Config\n\x00\xffbinary")
-			if err := e.RT.WriteFile(ctx, m.Name, "/etc/capct/deep/dir/config.yaml", content, 0o600); err != nil {
+			if err := e.RT.WriteFile(ctx, m.Name, e.Owns("files"), "/etc/capct/deep/dir/config.yaml", content, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			got, err := e.RT.ReadFile(ctx, m.Name, "/etc/capct/deep/dir/config.yaml")
 			if err != nil || !bytes.Equal(got, content) {
 				t.Fatalf("read %q, %v", got, err)
 			}
-			res, err := e.RT.Exec(ctx, m.Name, container.ExecInput{Cmd: []string{"cat", "/etc/capct/deep/dir/config.yaml"}})
+			res, err := e.RT.Exec(ctx, m.Name, e.Owns(m.Labels[container.LabelMachine]), container.ExecInput{Cmd: []string{"cat", "/etc/capct/deep/dir/config.yaml"}})
 			if err != nil || !bytes.Equal(res.Stdout, content) {
 				t.Fatalf("cat gave %q, %v", res.Stdout, err)
 			}
-			res, err = e.RT.Exec(ctx, m.Name, container.ExecInput{Cmd: []string{"test", "-f", "/etc/capct/deep/dir/config.yaml"}})
+			res, err = e.RT.Exec(ctx, m.Name, e.Owns(m.Labels[container.LabelMachine]), container.ExecInput{Cmd: []string{"test", "-f", "/etc/capct/deep/dir/config.yaml"}})
 			if err != nil || res.ExitCode != 0 {
 				t.Fatalf("test -f: %d %v", res.ExitCode, err)
 			}
@@ -264,7 +310,7 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, ima
 			m := e.Running(t, "delete")
 			ctx := Ctx(t)
 			for range 2 {
-				if err := e.RT.Delete(ctx, m.Name); err != nil {
+				if err := e.RT.Delete(ctx, m.Name, e.Owns("delete")); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -272,14 +318,14 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, ima
 			if !container.IsNotFound(err) || !strings.Contains(err.Error(), `inspect container "`+m.Name+`"`) {
 				t.Fatalf("want not found naming the container, got %v", err)
 			}
-			if err := e.RT.Start(ctx, m.Name); !container.IsNotFound(err) {
+			if err := e.RT.Start(ctx, m.Name, e.Owns("delete")); !container.IsNotFound(err) {
 				t.Fatalf("start after delete: %v", err)
 			}
 		}},
 		{"StopThenInspectShowsExited", func(t *testing.T, e *Env) {
 			m := e.Running(t, "stop")
 			ctx := Ctx(t)
-			if err := e.RT.Stop(ctx, m.Name, 10*time.Second); err != nil {
+			if err := e.RT.Stop(ctx, m.Name, e.Owns("stop"), 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			got, err := e.RT.Inspect(ctx, m.Name)
@@ -297,46 +343,48 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, ima
 					t.Fatal(err)
 				}
 			}
-			got, err := container.ListOwned(ctx, e.RT, e.ClusterUID, map[string]string{container.LabelPool: "pool-a"})
+			got, err := container.ListOwned(ctx, e.RT, e.Owner, map[string]string{container.LabelPool: "pool-a"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(got) != 1 || got[0].Name != e.Spec("listed").Name {
 				t.Fatalf("ListOwned gave %v", names(got))
 			}
-			got, err = e.RT.List(ctx, map[string]string{container.LabelPool: "pool-a", container.LabelClusterUID: other.ClusterUID})
+			got, err = e.RT.List(ctx, map[string]string{container.LabelPool: "pool-a", container.LabelClusterID: other.Owner.ClusterID})
 			if err != nil || len(got) != 1 || got[0].Name != other.Spec("listed").Name {
 				t.Fatalf("List gave %v, %v", names(got), err)
 			}
 			for _, m := range got {
-				if m.Labels[container.LabelClusterUID] == "" {
+				if m.Labels[container.LabelClusterID] == "" {
 					t.Fatalf("List returned a container not made by CAPCT: %s", m.Name)
 				}
 			}
 		}},
-		{"ListOwnedRefusesEmptyUID", func(t *testing.T, e *Env) {
-			_, err := container.ListOwned(Ctx(t), e.RT, "", nil)
-			if !container.IsInvalid(err) {
-				t.Fatalf("want invalid, got %v", err)
+		{"ListOwnedRefusesAnIncompleteOwner", func(t *testing.T, e *Env) {
+			for _, incomplete := range []container.Owner{{}, {Namespace: e.Owner.Namespace, Cluster: e.Owner.Cluster}, {ClusterID: e.Owner.ClusterID}} {
+				_, err := container.ListOwned(Ctx(t), e.RT, incomplete, nil)
+				if !container.IsInvalid(err) {
+					t.Fatalf("owner %s: want invalid, got %v", incomplete, err)
+				}
 			}
-			_, err = container.ListOwned(Ctx(t), e.RT, e.ClusterUID, map[string]string{container.LabelClusterUID: "other"})
+			_, err := container.ListOwned(Ctx(t), e.RT, e.Owner, map[string]string{container.LabelClusterID: "other"})
 			if !container.IsInvalid(err) {
 				t.Fatalf("want invalid for a contradicting selector, got %v", err)
 			}
 		}},
 		{"EventsForStartDieDestroy", func(t *testing.T, e *Env) {
 			ctx := Ctx(t)
-			sel := map[string]string{container.LabelClusterUID: e.ClusterUID, container.LabelMachine: "events"}
+			sel := map[string]string{container.LabelClusterID: e.Owner.ClusterID, container.LabelMachine: "events"}
 			evctx, cancel := context.WithCancel(ctx)
 			ch, err := e.RT.Events(evctx, sel)
 			if err != nil {
 				t.Fatal(err)
 			}
 			m := e.Running(t, "events")
-			if err := e.RT.Stop(ctx, m.Name, 10*time.Second); err != nil {
+			if err := e.RT.Stop(ctx, m.Name, e.Owns("events"), 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.RT.Delete(ctx, m.Name); err != nil {
+			if err := e.RT.Delete(ctx, m.Name, e.Owns("events")); err != nil {
 				t.Fatal(err)
 			}
 			want := []container.EventType{container.EventStart, container.EventDie, container.EventDestroy}
@@ -345,7 +393,7 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, ima
 			for len(got) < len(want) {
 				select {
 				case ev := <-ch:
-					if ev.Name != m.Name || ev.Labels[container.LabelClusterUID] != e.ClusterUID {
+					if ev.Name != m.Name || ev.Labels[container.LabelClusterID] != e.Owner.ClusterID {
 						t.Fatalf("foreign event %+v", ev)
 					}
 					got = append(got, ev.Type)
@@ -369,6 +417,16 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, ima
 			tc.run(t, e)
 		})
 	}
+}
+
+// foreignOwners are owners that differ from o in exactly one field each:
+// every field must count for ownership.
+func foreignOwners(o container.Owner) []container.Owner {
+	ns, cluster, id := o, o, o
+	ns.Namespace += "-other"
+	cluster.Cluster += "-other"
+	id.ClusterID += "-other"
+	return []container.Owner{ns, cluster, id}
 }
 
 func names(ms []container.Machine) []string {

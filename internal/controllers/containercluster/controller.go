@@ -30,8 +30,8 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
-	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
 const (
@@ -148,20 +148,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if !cc.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, cluster, cc)
 	}
+	if cc.Spec.ClusterID == "" {
+		// The ID that labels the cluster's containers is recorded before any
+		// is made, and kept from then on: clusterctl move carries it, while
+		// the Cluster's UID changes.
+		cc.Spec.ClusterID = string(cluster.UID)
+	}
 	return r.reconcileNormal(ctx, cluster, cc)
 }
 
 func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (ctrl.Result, error) {
 	now := r.Clock.Now()
 	cc.Status.FailureDomains = cc.Spec.FailureDomains
-	family := lifecycle.IPFamilyOf(cluster, cc)
-	network := lifecycle.NetworkName(cluster, cc)
+	family := naming.IPFamily(cluster, cc)
+	network := naming.NetworkName(cluster, cc)
 	if err := r.ensureNetwork(ctx, cluster, cc, network, family); err != nil {
 		setLoadBalancerCondition(cc, now, metav1.ConditionFalse, infrav1.FailedReason, err.Error())
 		return ctrl.Result{}, fmt.Errorf("failed to ensure network %s of ContainerCluster %s: %w", network, klog.KObj(cc), err)
 	}
 	lbContainer, err := r.lb.Ensure(ctx, loadbalancer.Spec{
-		Cluster: cluster, Network: network, IPFamily: family, Namespace: cluster.Namespace, Image: cc.Spec.LoadBalancer.Image,
+		Cluster: cluster, ContainerCluster: cc, Network: network, IPFamily: family, Image: cc.Spec.LoadBalancer.Image,
 	})
 	if err != nil {
 		setLoadBalancerCondition(cc, now, metav1.ConditionFalse, infrav1.FailedReason, err.Error())
@@ -191,7 +197,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	setLoadBalancerCondition(cc, now, metav1.ConditionTrue, infrav1.SucceededReason, "")
 	cc.Status.Initialization.Provisioned = ptr.To(true)
 
-	if err := r.removeOrphans(ctx, cluster, now); err != nil {
+	if err := r.removeOrphans(ctx, cluster, cc, now); err != nil {
 		return ctrl.Result{}, err
 	}
 	// Routes are programmed as nodes get their pod CIDRs; this periodic pass
@@ -208,9 +214,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 // Unmanaged network it shares exists and carries the families it needs.
 func (r *Reconciler) ensureNetwork(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster, name string, family container.IPFamily) error {
 	if cc.Spec.Network.Mode != infrav1.NetworkUnmanaged {
-		labels := container.OwnerLabels(cluster.Name, string(cluster.UID), "", "")
-		labels[container.LabelNamespace] = cluster.Namespace
-		_, err := r.Runtime.EnsureNetwork(ctx, container.NetworkSpec{Name: name, Labels: labels, IPFamily: family})
+		_, err := r.Runtime.EnsureNetwork(ctx, container.NetworkSpec{Name: name, Owner: naming.ClusterOwner(cluster, cc), IPFamily: family})
 		return err
 	}
 	n, err := r.Runtime.InspectNetwork(ctx, name)
@@ -228,9 +232,10 @@ func (r *Reconciler) ensureNetwork(ctx context.Context, cluster *clusterv1.Clust
 
 // removeOrphans deletes the cluster's node containers whose ContainerMachine
 // no longer exists, for example after its finalizer was removed by hand.
-// Only containers carrying this cluster's UID are ever considered.
-func (r *Reconciler) removeOrphans(ctx context.Context, cluster *clusterv1.Cluster, now time.Time) error {
-	containers, err := container.ListOwned(ctx, r.Runtime, string(cluster.UID), nil)
+// Only containers this cluster owns are ever considered.
+func (r *Reconciler) removeOrphans(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster, now time.Time) error {
+	owner := naming.ClusterOwner(cluster, cc)
+	containers, err := container.ListOwned(ctx, r.Runtime, owner, nil)
 	if err != nil {
 		return fmt.Errorf("failed to list the containers of Cluster %s: %w", klog.KObj(cluster), err)
 	}
@@ -238,7 +243,7 @@ func (r *Reconciler) removeOrphans(ctx context.Context, cluster *clusterv1.Clust
 		if !container.Role(c.Labels[container.LabelRole]).IsNode() || now.Sub(c.Created) < r.OrphanGracePeriod {
 			continue
 		}
-		key := client.ObjectKey{Namespace: c.Labels[container.LabelNamespace], Name: c.Labels[container.LabelMachine]}
+		key := client.ObjectKey{Namespace: cluster.Namespace, Name: c.Labels[container.LabelMachine]}
 		err := r.Client.Get(ctx, key, &infrav1.ContainerMachine{})
 		if !apierrors.IsNotFound(err) {
 			if err != nil {
@@ -247,7 +252,7 @@ func (r *Reconciler) removeOrphans(ctx context.Context, cluster *clusterv1.Clust
 			continue
 		}
 		ctrl.LoggerFrom(ctx).Info("Deleting orphaned container", "Container", c.Name, "ContainerMachine", key)
-		if err := r.Runtime.Delete(ctx, c.Name); err != nil && !container.IsNotFound(err) {
+		if err := r.Runtime.Delete(ctx, c.Name, owner.ForMachine(key.Name)); err != nil && !container.IsNotFound(err) {
 			return fmt.Errorf("failed to delete orphaned container %s: %w", c.Name, err)
 		}
 	}
@@ -259,10 +264,16 @@ func (r *Reconciler) removeOrphans(ctx context.Context, cluster *clusterv1.Clust
 func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (ctrl.Result, error) {
 	now := r.Clock.Now()
 	setLoadBalancerCondition(cc, now, metav1.ConditionFalse, infrav1.DeletingReason, "Deleting the load balancer")
-	if err := r.lb.Delete(ctx, cluster.Name); err != nil {
+	owner := naming.ClusterOwner(cluster, cc)
+	if !owner.Valid() {
+		// Deleted before CAPCT ever recorded an ID: it made nothing.
+		controllerutil.RemoveFinalizer(cc, infrav1.ClusterFinalizer)
+		return ctrl.Result{}, nil
+	}
+	if err := r.lb.Delete(ctx, cluster, cc); err != nil {
 		return ctrl.Result{}, err
 	}
-	remaining, err := container.ListOwned(ctx, r.Runtime, string(cluster.UID), nil)
+	remaining, err := container.ListOwned(ctx, r.Runtime, owner, nil)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("failed to list the containers of Cluster %s: %w", klog.KObj(cluster), err)
 	}
@@ -271,10 +282,20 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Clu
 			fmt.Sprintf("Waiting for %d containers of the cluster to be deleted", len(remaining)))
 		return ctrl.Result{RequeueAfter: deletionPoll}, nil
 	}
-	// An Unmanaged network belongs to someone else and outlives the cluster.
+	// An Unmanaged network belongs to someone else and outlives the cluster;
+	// the runtime refuses to delete a Managed one that CAPCT did not create
+	// for this very cluster.
 	if cc.Spec.Network.Mode != infrav1.NetworkUnmanaged {
-		network := lifecycle.NetworkName(cluster, cc)
-		if err := r.Runtime.DeleteNetwork(ctx, network); err != nil && !container.IsNotFound(err) {
+		network := naming.NetworkName(cluster, cc)
+		err := r.Runtime.DeleteNetwork(ctx, network, owner)
+		if container.IsConflict(err) {
+			// A network of that name that this cluster does not own (it
+			// never adopted it, since EnsureNetwork refuses the same way)
+			// stays, and does not hold up the deletion.
+			r.recorder.Eventf(cc, corev1.EventTypeWarning, "NetworkNotOwned", "Left network %s in place: %v", network, err)
+			err = nil
+		}
+		if err != nil && !container.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("failed to delete network %s of ContainerCluster %s: %w", network, klog.KObj(cc), err)
 		}
 	}

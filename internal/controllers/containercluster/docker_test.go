@@ -28,6 +28,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/test/capi"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 	"github.com/capct/cluster-api-provider-container/internal/test/images"
@@ -101,13 +102,14 @@ func TestControlPlaneMachineOnDocker(t *testing.T) {
 	ctx := context.Background()
 	cc, cluster := createCluster(ctx, g, "docker-", infrav1.NetworkSpec{})
 	name, ns := cluster.Name, cluster.Namespace
-	clusterUID := string(cluster.UID)
 
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
 		g.Expect(cc.Status.Initialization.Provisioned).To(Equal(ptr.To(true)), "LoadBalancerAvailable: %v", conditions.Get(cc, infrav1.LoadBalancerAvailableCondition))
 		g.Expect(cc.Status.LoadBalancer.HostPort).NotTo(BeZero())
 	}, 60*time.Second, 200*time.Millisecond).Should(Succeed())
+	owner := naming.ClusterOwner(cluster, cc)
+	g.Expect(owner.ClusterID).To(Equal(string(cluster.UID)), "the cluster ID is recorded from the Cluster's UID")
 
 	labels := map[string]string{clusterv1.ClusterNameLabel: name, clusterv1.MachineControlPlaneLabel: ""}
 	g.Expect(env.Client.Create(ctx, &corev1.Secret{
@@ -129,7 +131,7 @@ func TestControlPlaneMachineOnDocker(t *testing.T) {
 	}
 	g.Expect(env.Client.Create(ctx, machine)).To(Succeed())
 
-	containerName := name + "-cp-0"
+	containerName := naming.ContainerName(ns, name, "cp-0")
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
 		g.Expect(cm.Status.Initialization.Provisioned).To(Equal(ptr.To(true)), "Bootstrapped: %v", conditions.Get(cm, infrav1.BootstrappedCondition))
@@ -142,14 +144,14 @@ func TestControlPlaneMachineOnDocker(t *testing.T) {
 	hostname, err := rt.ReadFile(ctx, containerName, "/etc/capct/hostname")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(strings.TrimSpace(string(hostname))).To(Equal(containerName))
-	mode, err := rt.Exec(ctx, containerName, container.ExecInput{Cmd: []string{"stat", "-c", "%a", "/etc/capct/greeting"}})
+	mode, err := rt.Exec(ctx, containerName, owner.ForMachine("cp-0"), container.ExecInput{Cmd: []string{"stat", "-c", "%a", "/etc/capct/greeting"}})
 	if err == nil && mode.ExitCode == 0 {
 		g.Expect(strings.TrimSpace(string(mode.Stdout))).To(Equal("600"))
 	}
 
 	// The machine is an HAProxy backend, and HAProxy answers on the port
 	// published on the host's loopback.
-	lbName := loadbalancer.ContainerName(name)
+	lbName := naming.LoadBalancerName(ns, name)
 	g.Eventually(func(g Gomega) {
 		cfg, err := rt.ReadFile(ctx, lbName, loadbalancer.ConfigPath)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -189,7 +191,7 @@ func TestControlPlaneMachineOnDocker(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cc), &infrav1.ContainerCluster{})
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
-		left, err := container.ListOwned(ctx, rt, clusterUID, nil)
+		left, err := container.ListOwned(ctx, rt, owner, nil)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(left).To(BeEmpty())
 	}, 60*time.Second, 200*time.Millisecond).Should(Succeed())
@@ -197,30 +199,32 @@ func TestControlPlaneMachineOnDocker(t *testing.T) {
 
 // TestOrphansAreRemovedAndNothingElse leaves a container of the cluster
 // whose ContainerMachine does not exist, and a same-labelled container of
-// another cluster UID, and expects only the first to be removed.
+// another cluster ID, and expects only the first to be removed.
 func TestOrphansAreRemovedAndNothingElse(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	cc, cluster := createCluster(ctx, g, "orphans-", infrav1.NetworkSpec{})
-	name, ns := cluster.Name, cluster.Namespace
+	name := cluster.Name
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
 		g.Expect(cc.Status.Initialization.Provisioned).To(Equal(ptr.To(true)))
 	}, 60*time.Second, 200*time.Millisecond).Should(Succeed())
+	owner := naming.ClusterOwner(cluster, cc)
 
-	start := func(machine, uid string) string {
-		labels := container.OwnerLabels(name, uid, machine, string(container.RoleWorker))
-		labels[container.LabelNamespace] = ns
-		spec := container.MachineSpec{Name: name + "-" + machine, Image: nodeImage, Network: "capct-" + name,
-			Labels: labels, Role: container.RoleWorker, Privileged: ptr.To(false), Cmd: dockertest.LoopCmd}
+	start := func(machine string, owner container.Owner) (string, container.Owner) {
+		owner = owner.ForMachine(machine)
+		spec := container.MachineSpec{Name: name + "-" + machine, Image: nodeImage, Network: naming.NetworkName(cluster, cc),
+			Labels: owner.Labels(), Role: container.RoleWorker, Privileged: ptr.To(false), Cmd: dockertest.LoopCmd}
 		_, err := rt.CreateMachine(ctx, spec)
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(rt.Start(ctx, spec.Name)).To(Succeed())
-		return spec.Name
+		g.Expect(rt.Start(ctx, spec.Name, owner)).To(Succeed())
+		return spec.Name, owner
 	}
-	orphan := start("ghost", string(cluster.UID))
-	foreign := start("stranger", "another-cluster-uid")
-	t.Cleanup(func() { _ = rt.Delete(context.Background(), foreign) })
+	orphan, _ := start("ghost", owner)
+	stranger := owner
+	stranger.ClusterID = "another-cluster-id"
+	foreign, foreignOwner := start("stranger", stranger)
+	t.Cleanup(func() { _ = rt.Delete(context.Background(), foreign, foreignOwner) })
 
 	// Any change to the ContainerCluster brings a reconcile, and with it
 	// the orphan sweep.
@@ -236,7 +240,7 @@ func TestOrphansAreRemovedAndNothingElse(t *testing.T) {
 
 	// The stranger sits on this cluster's network; while it is attached the
 	// network cannot go, and CAPCT never deletes what is not its own.
-	g.Expect(rt.Delete(ctx, foreign)).To(Succeed())
+	g.Expect(rt.Delete(ctx, foreign, foreignOwner)).To(Succeed())
 	g.Expect(env.Client.Delete(ctx, cluster)).To(Succeed())
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), &infrav1.ContainerCluster{}))
@@ -263,15 +267,16 @@ func TestUnmanagedNetworkIsUsedAndKept(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 
 	// Someone else's network: labels that are not this cluster's.
-	_, err := rt.EnsureNetwork(ctx, container.NetworkSpec{Name: shared, Labels: container.OwnerLabels(shared, "someone-else", "", "")})
+	someoneElse := container.Owner{Namespace: "elsewhere", Cluster: shared, ClusterID: "someone-else"}
+	_, err := rt.EnsureNetwork(ctx, container.NetworkSpec{Name: shared, Owner: someoneElse})
 	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = rt.DeleteNetwork(context.Background(), shared) })
+	t.Cleanup(func() { _ = rt.DeleteNetwork(context.Background(), shared, someoneElse) })
 
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
 		g.Expect(cc.Status.Initialization.Provisioned).To(Equal(ptr.To(true)), "LoadBalancerAvailable: %v", conditions.Get(cc, infrav1.LoadBalancerAvailableCondition))
 	}, 90*time.Second, 200*time.Millisecond).Should(Succeed())
-	lb, err := rt.Inspect(ctx, loadbalancer.ContainerName(name))
+	lb, err := rt.Inspect(ctx, naming.LoadBalancerName(cluster.Namespace, name))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(lb.Network).To(Equal(shared))
 	g.Expect(cc.Spec.ControlPlaneEndpoint.Host).To(Equal(lb.IPv4.String()))
@@ -280,7 +285,7 @@ func TestUnmanagedNetworkIsUsedAndKept(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cc), &infrav1.ContainerCluster{})
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
-		left, err := container.ListOwned(ctx, rt, string(cluster.UID), nil)
+		left, err := container.ListOwned(ctx, rt, naming.ClusterOwner(cluster, cc), nil)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(left).To(BeEmpty())
 	}, 60*time.Second, 200*time.Millisecond).Should(Succeed())

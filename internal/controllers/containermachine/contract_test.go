@@ -2,7 +2,6 @@ package containermachine_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
 const bootstrapData = `#cloud-config
@@ -103,7 +103,7 @@ func TestMachineLifecycleWithClusterAPI(t *testing.T) {
 		g.Expect(cluster.Status.Initialization.InfrastructureProvisioned).To(Equal(ptr.To(true)))
 		g.Expect(cluster.Spec.ControlPlaneEndpoint.Host).To(Equal(cc.Spec.ControlPlaneEndpoint.Host))
 	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
-	lb, err := runtime.Inspect(ctx, loadbalancer.ContainerName("c1"))
+	lb, err := runtime.Inspect(ctx, naming.LoadBalancerName(ns.Name, "c1"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(lb.Labels[container.LabelRole]).To(Equal(string(container.RoleLoadBalancer)))
 
@@ -112,7 +112,7 @@ func TestMachineLifecycleWithClusterAPI(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		get(g, ctx, cm)
 		g.Expect(conditions.IsTrue(cm, infrav1.BootstrappedCondition)).To(BeTrue(), "Bootstrapped: %v", conditions.Get(cm, infrav1.BootstrappedCondition))
-		g.Expect(cm.Spec.ProviderID).To(Equal("container:///c1-cp-0"))
+		g.Expect(cm.Spec.ProviderID).To(Equal("container:///" + naming.ContainerName(ns.Name, "c1", "cp-0")))
 		g.Expect(cm.Status.Initialization.Provisioned).To(Equal(ptr.To(true)))
 		get(g, ctx, machine)
 		g.Expect(machine.Spec.ProviderID).To(Equal(cm.Spec.ProviderID))
@@ -123,7 +123,7 @@ func TestMachineLifecycleWithClusterAPI(t *testing.T) {
 	// The control-plane machine is a load balancer backend, and the load
 	// balancer was reloaded for it.
 	g.Eventually(func(g Gomega) {
-		cfg, err := runtime.ReadFile(ctx, loadbalancer.ContainerName("c1"), loadbalancer.ConfigPath)
+		cfg, err := runtime.ReadFile(ctx, naming.LoadBalancerName(ns.Name, "c1"), loadbalancer.ConfigPath)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(string(cfg)).To(ContainSubstring("server cp-0 "))
 		g.Expect(string(cfg)).To(ContainSubstring("weight 100"))
@@ -133,7 +133,7 @@ func TestMachineLifecycleWithClusterAPI(t *testing.T) {
 	// A kubelet registers a Node without a providerID, tainted until a
 	// cloud provider initialises it; CAPCT sets both right.
 	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "c1-cp-0"},
+		ObjectMeta: metav1.ObjectMeta{Name: naming.ContainerName(ns.Name, "c1", "cp-0")},
 		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: lifecycle.UninitializedTaint, Effect: corev1.TaintEffectNoSchedule}}},
 	}
 	g.Expect(env.Client.Create(ctx, node)).To(Succeed())
@@ -149,14 +149,14 @@ func TestMachineLifecycleWithClusterAPI(t *testing.T) {
 
 	g.Eventually(func(g Gomega) {
 		get(g, ctx, node)
-		g.Expect(node.Spec.ProviderID).To(Equal("container:///c1-cp-0"))
+		g.Expect(node.Spec.ProviderID).To(Equal("container:///" + naming.ContainerName(ns.Name, "c1", "cp-0")))
 		g.Expect(node.Spec.Taints).NotTo(ContainElement(HaveField("Key", lifecycle.UninitializedTaint)))
 		get(g, ctx, cm)
 		g.Expect(conditions.IsTrue(cm, infrav1.InitializedCondition)).To(BeTrue(), "Initialized: %v", conditions.Get(cm, infrav1.InitializedCondition))
 		g.Expect(conditions.IsTrue(cm, infrav1.ReadyCondition)).To(BeTrue())
 		g.Expect(cm.Status.Phase).To(Equal(infrav1.MachinePhaseRunning))
 		get(g, ctx, machine)
-		g.Expect(machine.Status.NodeRef.Name).To(Equal("c1-cp-0"))
+		g.Expect(machine.Status.NodeRef.Name).To(Equal(naming.ContainerName(ns.Name, "c1", "cp-0")))
 		g.Expect(conditions.IsTrue(machine, clusterv1.MachineInfrastructureReadyCondition)).To(BeTrue())
 		get(g, ctx, cluster)
 		g.Expect(conditions.IsTrue(cluster, clusterv1.ClusterControlPlaneInitializedCondition)).To(BeTrue())
@@ -170,7 +170,7 @@ func TestMachineLifecycleWithClusterAPI(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cm), &infrav1.ContainerMachine{})
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "ContainerMachine still there: %v", err)
-		_, err = runtime.Inspect(ctx, "c1-cp-0")
+		_, err = runtime.Inspect(ctx, naming.ContainerName(ns.Name, "c1", "cp-0"))
 		g.Expect(container.IsNotFound(err)).To(BeTrue())
 	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 
@@ -179,7 +179,7 @@ func TestMachineLifecycleWithClusterAPI(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cc), &infrav1.ContainerCluster{})
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "ContainerCluster still there: %v", err)
-		_, err = runtime.Inspect(ctx, loadbalancer.ContainerName("c1"))
+		_, err = runtime.Inspect(ctx, naming.LoadBalancerName(ns.Name, "c1"))
 		g.Expect(container.IsNotFound(err)).To(BeTrue())
 	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 }
@@ -192,7 +192,7 @@ func TestMissingContainerIsSeenFromEvents(t *testing.T) {
 	ctx := context.Background()
 	_, cluster := newCluster(t, g, ctx, "c2")
 	_, cm := newMachine(g, ctx, cluster, "cp-0")
-	name := fmt.Sprintf("%s-%s", cluster.Name, cm.Name)
+	name := naming.ContainerName(cluster.Namespace, cluster.Name, cm.Name)
 	g.Eventually(func(g Gomega) {
 		get(g, ctx, cm)
 		g.Expect(conditions.IsTrue(cm, infrav1.LaunchedCondition)).To(BeTrue())

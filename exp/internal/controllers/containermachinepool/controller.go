@@ -30,6 +30,7 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/ssa"
 )
 
@@ -443,24 +444,43 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		// The ContainerMachine watch brings the pool back as they go.
 		return ctrl.Result{}, errors.Join(errs...)
 	}
-	if s.cluster != nil {
-		leftovers, err := container.ListOwned(ctx, r.Runtime, string(s.cluster.UID),
+	owner, err := r.clusterOwner(ctx, s.cluster)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if owner.Valid() {
+		leftovers, err := container.ListOwned(ctx, r.Runtime, owner,
 			map[string]string{container.LabelPool: format.MustFormatValue(s.machinePoolName)})
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("failed to list the containers of ContainerMachinePool %s: %w", klog.KObj(s.pool), err)
 		}
 		for _, c := range leftovers {
-			if c.Labels[container.LabelNamespace] != "" && c.Labels[container.LabelNamespace] != s.pool.Namespace {
-				continue
-			}
 			ctrl.LoggerFrom(ctx).Info("Deleting leftover container of the pool", "Container", c.Name)
-			if err := r.Runtime.Delete(ctx, c.Name); err != nil && !container.IsNotFound(err) {
+			if err := r.Runtime.Delete(ctx, c.Name, owner.ForMachine(c.Labels[container.LabelMachine])); err != nil && !container.IsNotFound(err) {
 				return ctrl.Result{}, fmt.Errorf("failed to delete container %s of ContainerMachinePool %s: %w", c.Name, klog.KObj(s.pool), err)
 			}
 		}
 	}
 	controllerutil.RemoveFinalizer(s.pool, expinfrav1.MachinePoolFinalizer)
 	return ctrl.Result{}, nil
+}
+
+// clusterOwner is the owner of the containers of the pool's cluster, or an
+// invalid owner when the cluster or its ContainerCluster is gone (then the
+// cluster's own deletion removes what is left).
+func (r *Reconciler) clusterOwner(ctx context.Context, cluster *clusterv1.Cluster) (container.Owner, error) {
+	if cluster == nil || cluster.Spec.InfrastructureRef.Name == "" {
+		return container.Owner{}, nil
+	}
+	cc := &infrav1.ContainerCluster{}
+	key := client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.Spec.InfrastructureRef.Name}
+	if err := r.Client.Get(ctx, key, cc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return container.Owner{}, nil
+		}
+		return container.Owner{}, fmt.Errorf("failed to get ContainerCluster %s: %w", key, err)
+	}
+	return naming.ClusterOwner(cluster, cc), nil
 }
 
 // removeFinalizer releases a pool that is deleted before Cluster API ever

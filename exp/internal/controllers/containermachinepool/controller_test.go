@@ -18,6 +18,7 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
 const settle = 40 * time.Second
@@ -36,15 +37,16 @@ func TestScaleUpDownAndDelete(t *testing.T) {
 		t.Logf("scaled to %d: writes %v", n, st.writes.snapshot())
 	}
 
-	// A container carrying the pool label and the cluster's UID with no
+	// A container carrying the pool label and the cluster's owner labels with no
 	// ContainerMachine, e.g. from a machine whose finalizer was removed by
 	// hand, is removed when the pool is deleted.
 	ctx := ctxT(t)
 	cluster := &clusterv1.Cluster{}
 	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(f.cluster), cluster))
-	labels := container.OwnerLabels(f.name, string(cluster.UID), "pool-gone1", string(container.RoleWorker))
+	cc := &infrav1.ContainerCluster{}
+	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: cluster.Spec.InfrastructureRef.Name}, cc))
+	labels := naming.ClusterOwner(cluster, cc).ForMachine("pool-gone1").Labels()
 	labels[container.LabelPool] = format.MustFormatValue(f.mp.Name)
-	labels[container.LabelNamespace] = f.ns
 	if _, err := rt.CreateMachine(ctx, container.MachineSpec{Name: f.name + "-pool-gone1", Image: "capct/node:" + k8sVersion, Labels: labels, Role: container.RoleWorker}); err != nil {
 		t.Fatal(err)
 	}

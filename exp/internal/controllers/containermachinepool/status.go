@@ -13,7 +13,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
-	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
 // Reasons of the pool's Ready condition.
@@ -116,7 +116,7 @@ func setReadyCondition(pool *expinfrav1.ContainerMachinePool, now time.Time, s s
 func instance(cluster *clusterv1.Cluster, m member) expinfrav1.ContainerMachinePoolInstance {
 	name := m.cm.Name
 	if cluster != nil {
-		name = (&lifecycle.MachineScope{Cluster: cluster, ContainerMachine: m.cm}).ContainerName()
+		name = naming.ContainerName(m.cm.Namespace, cluster.Name, m.cm.Name)
 	}
 	version := m.cm.Annotations[VersionAnnotation]
 	if m.machine != nil && m.machine.Spec.Version != "" {

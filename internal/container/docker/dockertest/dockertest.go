@@ -23,6 +23,7 @@ import (
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
 // BusyboxPath is where Debian's busybox-static package installs busybox.
@@ -112,10 +113,21 @@ func RemoveClusters(ctx context.Context, rt container.Runtime, names []string) {
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "failed to list the containers of test cluster %s: %v\n", name, err)
 		}
+		namespaces := map[string]bool{}
 		for _, c := range left {
-			_ = rt.Delete(ctx, c.Name)
+			owner := container.OwnerOf(c.Labels)
+			namespaces[owner.Namespace] = true
+			_ = rt.Delete(ctx, c.Name, owner)
 		}
-		_ = rt.DeleteNetwork(ctx, "capct-"+name)
+		// The clusters' default networks carry the same owner labels as
+		// their containers; one whose containers are all gone already is
+		// left, as the name needs the namespace.
+		for ns := range namespaces {
+			network := naming.DefaultNetworkName(ns, name)
+			if n, err := rt.InspectNetwork(ctx, network); err == nil {
+				_ = rt.DeleteNetwork(ctx, network, container.OwnerOf(n.Labels))
+			}
+		}
 	}
 }
 
