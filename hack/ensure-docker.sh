@@ -47,7 +47,16 @@ if docker info >/dev/null 2>&1; then
   fi
 else
   log "Starting dockerd (log: /var/log/capct-dockerd.log)"
-  nohup dockerd >/var/log/capct-dockerd.log 2>&1 &
+  # dockerd outlives this script: it must not inherit the caller's open
+  # files, or it would hold them (a flock(1) lock, say) for as long as it
+  # runs.
+  (
+    for fd in /proc/$BASHPID/fd/*; do
+      fd=${fd##*/}
+      if (( fd > 2 )); then eval "exec ${fd}>&-" 2>/dev/null || true; fi
+    done
+    exec nohup dockerd </dev/null >/var/log/capct-dockerd.log 2>&1
+  ) &
   for _ in $(seq 1 60); do
     docker info >/dev/null 2>&1 && break
     sleep 0.5
