@@ -390,9 +390,10 @@ down() {
   left=$( { docker ps -aq --filter "label=$label"; docker network ls -q --filter "label=$label"; docker volume ls -q --filter "label=$label"; } | wc -l)
   if ((left > 0)); then
     if docker network inspect "$network" >/dev/null 2>&1; then
-      log "network $network still has: $(docker network inspect -f '{{range .Containers}}{{.Name}} {{end}}' "$network")"
+      log "network $network is still in use by: $(docker network inspect -f '{{range .Containers}}{{.Name}} {{end}}' "$network")"
+      log "'make quickstart-down' removes the containers of CAPCT's workload clusters on it; remove or disconnect (docker network disconnect $network NAME) any other"
     fi
-    die "$left objects labelled $label are left; remove the workload clusters on $network first ('make quickstart-down' does)"
+    die "$left objects labelled $label are left"
   fi
   finish
 }

@@ -376,17 +376,18 @@ up() {
 # ---- down ----
 
 # labelled_containers: the containers to remove: those CAPCT labelled for
-# the cluster, and any container carrying one of CAPCT's labels
-# (io.x-k8s.capct.*) on the management cluster's network, where every
-# workload cluster of the quickstart lives. By the labels' presence, not by
-# an owner's identity, which only the (maybe gone) management cluster knows.
+# the cluster, and any container carrying one of CAPCT's ownership labels
+# (io.x-k8s.capct.cluster, .cluster-uid or any other .cluster* key, or
+# .machine) on the management cluster's network, where every workload
+# cluster of the quickstart lives. By the labels' presence, not by an
+# owner's identity, which only the (maybe gone) management cluster knows.
 labelled_containers() {
   {
     docker ps -aq --filter "label=io.x-k8s.capct.cluster=$cluster"
     if docker network inspect "$mgmt_network" >/dev/null 2>&1; then
       docker ps -aq --filter "network=$mgmt_network" | while read -r id; do
         if docker inspect -f '{{range $k, $v := .Config.Labels}}{{println $k}}{{end}}' "$id" |
-          grep -v "^$QS_LABEL\$" | grep -q '^io\.x-k8s\.capct\.'; then
+          grep -qE '^io\.x-k8s\.capct\.(cluster|machine)'; then
           echo "$id"
         fi
       done
