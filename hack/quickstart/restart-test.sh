@@ -137,7 +137,9 @@ check() {
   if (($# == 0)); then
     results+=("PASS  $name")
   else
-    results+=("FAIL  $name: $*")
+    local details
+    details=$(printf '%s; ' "$@")
+    results+=("FAIL  $name: ${details%; }")
   fi
 }
 
