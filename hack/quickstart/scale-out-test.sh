@@ -49,12 +49,13 @@ original_limit=""
 
 # inotify_in_use: inotify instances held by root's processes (every node's
 # systemd, journald, containerd and kubelet run as the host's root).
-inotify_in_use() { find /proc/[0-9]*/fd -user 0 -lname 'anon_inode:inotify' 2>/dev/null | wc -l; }
+# find fails on processes that end while it reads them: its count stands.
+inotify_in_use() { { find /proc/[0-9]*/fd -user 0 -lname 'anon_inode:inotify' 2>/dev/null || true; } | wc -l; }
 
 # inotify_watches: watches of those instances.
 inotify_watches() {
-  find /proc/[0-9]*/fd -user 0 -lname 'anon_inode:inotify' 2>/dev/null | sed 's|/fd/|/fdinfo/|' |
-    xargs -r cat 2>/dev/null | grep -c '^inotify wd' || true
+  { find /proc/[0-9]*/fd -user 0 -lname 'anon_inode:inotify' 2>/dev/null || true; } | sed 's|/fd/|/fdinfo/|' |
+    { xargs -r cat 2>/dev/null || true; } | grep -c '^inotify wd' || true
 }
 
 lower_limit() {
@@ -84,7 +85,7 @@ host_usage() {
   for i in 1 2 3 6 7 8; do busy=$((busy + b[i] - a[i])); done
   for i in 1 2 3 4 5 6 7 8; do total=$((total + b[i] - a[i])); done
   mem=$(awk '/^MemTotal:/ {t=$2} /^MemAvailable:/ {a=$2} END {printf "%d of %d MiB", (t - a) / 1024, t / 1024}' /proc/meminfo)
-  threads=$(find /proc/[0-9]*/task -maxdepth 1 -mindepth 1 2>/dev/null | wc -l)
+  threads=$({ find /proc/[0-9]*/task -maxdepth 1 -mindepth 1 2>/dev/null || true; } | wc -l)
   echo "memory $mem; CPU busy $((100 * busy / total))% over ${window}s, load $(cut -d' ' -f1-3 /proc/loadavg); threads $threads of pid_max $(</proc/sys/kernel/pid_max); inotify instances $(inotify_in_use) of $(<"$limit_file"), watches $(inotify_watches) of $(</proc/sys/fs/inotify/max_user_watches); open files $(cut -f1 /proc/sys/fs/file-nr) of $(</proc/sys/fs/file-max)"
 }
 
@@ -115,7 +116,7 @@ wait_pool() {
 # container.
 pool_gone() {
   local bound=$((SECONDS + 300))
-  until [[ -z "$(kmgmt get containermachines -n "$namespace" -l "cluster.x-k8s.io/cluster-name=$cluster" -o name | grep -v -- '-control-plane-' || true)" &&
+  until [[ -z "$(kmgmt get containermachines -n "$namespace" -l "cluster.x-k8s.io/cluster-name=$cluster" -o name | grep -- "/$pool-" || true)" &&
     -z "$(docker ps -aq --filter "label=io.x-k8s.capct.cluster=$cluster" --filter "label=io.x-k8s.capct.role=worker")" ]]; do
     ((SECONDS < bound)) || return 1
     sleep 2
