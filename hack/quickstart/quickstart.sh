@@ -269,7 +269,7 @@ http_get() {
 # MachineDeployment worker and a client pod qs-client on a MachinePool
 # worker, both Ready.
 start_probes() {
-  local client_node
+  local server_node client_node
   server_node=$(kwl get nodes -o name | sed -n 's|^node/\(.*-md-0-.*\)|\1|p' | head -1)
   client_node=$(kwl get nodes -o name | sed -n 's|^node/\(.*-mp-0-.*\)|\1|p' | head -1)
   [[ -n "$server_node" && -n "$client_node" ]] || die "no MachineDeployment or MachinePool node to run the probe pods on"
