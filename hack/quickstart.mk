@@ -43,6 +43,21 @@ test-quickstart: ## The whole quickstart non-interactively: up, scale MD 2->3 an
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-qstest QUICKSTART_CLUSTER=qstest \
 		QUICKSTART_OUT=$(CURDIR)/out/quickstart-test hack/quickstart/quickstart.sh test
 
+.PHONY: test-restart
+test-restart: ## A real cluster survives an engine restart: stops and starts dockerd (run it alone), asserts addresses, ports, Nodes, pods, traffic
+	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-rstest QUICKSTART_CLUSTER=rstest \
+		QUICKSTART_OUT=$(CURDIR)/out/restart-test hack/quickstart/restart-test.sh
+
+.PHONY: test-scale-out
+test-scale-out: ## MachinePool 0->10 real nodes and back, then again with the host's inotify instances nearly exhausted
+	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-sotest QUICKSTART_CLUSTER=sotest \
+		QUICKSTART_OUT=$(CURDIR)/out/scale-out-test hack/quickstart/scale-out-test.sh test
+
+.PHONY: bench-node-capacity
+bench-node-capacity: ## How many real nodes this host runs at once, all Ready (MachinePool to 10, 20, 30), and what runs out first
+	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-sotest QUICKSTART_CLUSTER=sotest \
+		QUICKSTART_OUT=$(CURDIR)/out/scale-out-test hack/quickstart/scale-out-test.sh capacity
+
 .PHONY: bench-capd
 bench-capd: ## CAPCT against CAPD on one management cluster: time to 3 Machines Running and to deletion (ROUNDS=2)
 	hack/bench/capd-vs-capct.sh

@@ -3,21 +3,33 @@
 # with kubeadm, the host's Docker socket mounted so that CAPCT's manager
 # (running in it) can create the workload clusters' containers next to it.
 #
-#   mgmt-cluster.sh up      boot it (or reuse it), write out/quickstart/management.kubeconfig,
-#                           load the controller images into its containerd
-#   mgmt-cluster.sh load    only load the controller images (those present in Docker)
-#   mgmt-cluster.sh down    remove its container, network and /var volume
+#   mgmt-cluster.sh up          boot it, or reuse it (starting it and waiting for
+#                               its API server when the engine restarted), write
+#                               out/quickstart/management.kubeconfig, load the
+#                               controller images into its containerd
+#   mgmt-cluster.sh kubeconfig  only rewrite the kubeconfig, when the node runs
+#   mgmt-cluster.sh load        only load the controller images (those present in Docker)
+#   mgmt-cluster.sh down        remove its container, network and /var volume
 #
 # The node: container and hostname capct-mgmt on its own bridge network
 # capct-mgmt, everything labelled io.x-k8s.capct.quickstart=<name>, the API
-# server published on 127.0.0.1:<MGMT_API_PORT, default a free port>;
-# kubeadm settings of docs/node-image.md; a bridge CNI conflist for its
-# pod CIDR 10.244.0.0/24 (podSubnet 10.244.0.0/16); the control-plane taint
-# removed so that the controllers schedule on it.
+# server published on 127.0.0.1:<MGMT_API_PORT, default the first free port
+# from 26443>; kubeadm settings of docs/node-image.md; a bridge CNI conflist
+# for its pod CIDR 10.244.0.0/24 (podSubnet 10.244.0.0/16); the
+# control-plane taint removed so that the controllers schedule on it.
+#
+# It survives a restart of the engine (docs/restarts.md): restart policy
+# unless-stopped; a fixed address on its network (the network's subnet is
+# derived from its name as CAPCT derives its own networks', its upper half is
+# the engine's range for dynamic addresses, and the node takes the last but
+# one address of the lower half); and a fixed host port for the API server,
+# chosen once and kept in the container's port binding, so that kubeconfigs
+# written before stay valid.
 #
 # Environment: NODE_IMAGE (capct/node:v1.35.4), MGMT_NAME (capct-mgmt),
-# MGMT_NETWORK (the network's name, default MGMT_NAME),
-# MGMT_API_PORT, QUICKSTART_VERSION (v0.1.0, the manager image's tag),
+# MGMT_NETWORK (the network's name, default MGMT_NAME), MGMT_API_PORT,
+# MGMT_RESTART_TIMEOUT (seconds to wait for an existing node's API server,
+# 240), QUICKSTART_VERSION (v0.1.0, the manager image's tag),
 # CERT_MANAGER_VERSION (v1.21.1).
 set -euo pipefail
 # shellcheck source=hack/quickstart/lib.sh
@@ -30,6 +42,9 @@ k8s_version=${node_image##*:}
 label="$QS_LABEL=$node" # per management cluster, so that down removes only its own
 kubeconfig="$QS_OUT/management.kubeconfig"
 kubectl_in_node=(docker exec "$node" kubectl --kubeconfig=/etc/kubernetes/admin.conf)
+restart_timeout=${MGMT_RESTART_TIMEOUT:-240}
+# What to run when an existing management cluster cannot be brought back.
+remedy="run 'make quickstart-down' (it removes everything the quickstart and CAPCT labelled, even with this cluster broken), then 'make quickstart'"
 
 # The controller images the quickstart runs in the management cluster.
 images=(
@@ -56,62 +71,180 @@ retry() {
   done
 }
 
+node_exists() { docker inspect "$node" >/dev/null 2>&1; }
 node_running() { [[ "$(docker inspect -f '{{.State.Running}}' "$node" 2>/dev/null)" == true ]]; }
+api_answers() { "${kubectl_in_node[@]}" get --raw /readyz >/dev/null 2>&1; }
 
-load_images() {
-  step "load controller images into $node's containerd"
-  local image id stamp
-  docker exec "$node" mkdir -p /var/lib/capct-quickstart/images
-  for image in "${images[@]}"; do
-    if ! id=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null); then
-      log "skip $image: not built"
-      continue
-    fi
-    stamp="/var/lib/capct-quickstart/images/$(echo "$image" | tr '/:' '__')"
-    if [[ "$(docker exec "$node" cat "$stamp" 2>/dev/null)" == "$id" ]]; then
-      log "$image: already loaded"
-      continue
-    fi
-    docker save "$image" | docker exec -i "$node" ctr -n k8s.io images import --no-unpack - >/dev/null
-    echo "$id" | docker exec -i "$node" tee "$stamp" >/dev/null
-    log "$image: loaded"
-  done
+# ---- addresses and ports ----
+
+ip2int() { local IFS=. a b c d; read -r a b c d <<<"$1"; echo $(((a << 24) | (b << 16) | (c << 8) | d)); }
+int2ip() { echo "$(($1 >> 24 & 255)).$(($1 >> 16 & 255)).$(($1 >> 8 & 255)).$(($1 & 255))"; }
+
+# derived_subnet NAME ATTEMPT: the /20 inside 172.16.0.0/12 that CAPCT's
+# container.Subnets derives for a network of that name: the first byte n of
+# sha256(NAME, ATTEMPT as 4 big-endian bytes) gives 172.(16+n>>4).((n&15)<<4).0/20.
+derived_subnet() {
+  local n
+  n=$( { printf '%s' "$1"; printf '%b' "\\x00\\x00\\x00\\x$(printf %02x "$2")"; } | sha256sum | cut -c1-2)
+  n=$((16#$n))
+  echo "172.$((16 + (n >> 4))).$(((n & 15) << 4)).0/20"
 }
 
-up() {
-  step "prerequisites"
-  "$QS_ROOT/hack/ensure-docker.sh" >&2
-  if ! docker image inspect "$node_image" >/dev/null 2>&1; then
-    NODE_IMAGE=$node_image "$QS_ROOT/hack/node-image/build-node-image.sh" node >/dev/null
+# create_network: the bridge network, on the first derived subnet the engine
+# accepts, with the upper half of it as the engine's range for dynamic
+# addresses (the lower half is for fixed ones: this node's and CAPCT's).
+create_network() {
+  local attempt subnet base out
+  for attempt in 0 1 2 3 4; do
+    subnet=$(derived_subnet "$network" "$attempt")
+    base=$(ip2int "${subnet%/*}")
+    if out=$(docker network create --driver bridge --label "$label" \
+      --subnet "$subnet" --gateway "$(int2ip $((base + 1)))" --ip-range "$(int2ip $((base + 2048)))/21" \
+      "$network" 2>&1); then
+      log "created network $network: $subnet, dynamic addresses from $(int2ip $((base + 2048)))/21"
+      return
+    fi
+    grep -qi overlap <<<"$out" || die "docker network create $network failed: $out"
+  done
+  die "every subnet derived for $network overlaps an existing network (last: $subnet); remove one or set MGMT_NETWORK"
+}
+
+# fixed_address: the node's address on the network: the last but one
+# address below the network's dynamic range. Fails when the network has no
+# subnet or range of its creator's (the engine then refuses fixed addresses).
+fixed_address() {
+  local config subnet range start base
+  config=$(docker network inspect -f '{{json .IPAM.Config}}' "$network")
+  subnet=$(jq -r '[.[]? | select(.Subnet | test("^[0-9.]+/"))][0].Subnet // empty' <<<"$config")
+  range=$(jq -r '[.[]? | select(.Subnet | test("^[0-9.]+/"))][0].IPRange // empty' <<<"$config")
+  [[ -n "$subnet" && -n "$range" ]] || return 1
+  start=$(ip2int "${range%/*}")
+  base=$(ip2int "${subnet%/*}")
+  ((start - 2 > base + 1)) || return 1
+  int2ip $((start - 2))
+}
+
+# free_port: MGMT_API_PORT, or the first port from 26443 that nothing listens
+# on and no container's port binding claims (a stopped container's binding is
+# taken again when it starts). Below the kernel's ephemeral range, so that no
+# outgoing connection holds it.
+free_port() {
+  if [[ -n "${MGMT_API_PORT:-}" ]]; then
+    echo "$MGMT_API_PORT"
+    return
   fi
+  local taken port ids
+  mapfile -t ids < <(docker ps -aq)
+  taken=$(
+    awk 'NR > 1 && $4 == "0A" {split($2, a, ":"); print a[2]}' /proc/net/tcp /proc/net/tcp6 |
+      while read -r hex; do echo $((16#$hex)); done
+    if ((${#ids[@]} > 0)); then
+      docker inspect -f '{{range $p, $b := .HostConfig.PortBindings}}{{range $b}}{{println .HostPort}}{{end}}{{end}}' "${ids[@]}"
+    fi
+  )
+  for ((port = 26443; port < 26643; port++)); do
+    grep -qx "$port" <<<"$taken" || { echo "$port"; return; }
+  done
+  die "no free port in 26443-26642 for the API server; set MGMT_API_PORT"
+}
 
-  if node_running && [[ -s "$kubeconfig" ]] && "${kubectl_in_node[@]}" get --raw /readyz >/dev/null 2>&1; then
-    log "$node is up; reusing it"
+# published_port: the host port the container's binding fixes for 6443,
+# empty when it was left to the engine (which then picks another one at
+# every start).
+published_port() {
+  docker inspect -f '{{range (index .HostConfig.PortBindings "6443/tcp")}}{{.HostPort}}{{end}}' "$node" 2>/dev/null || true
+}
+
+# ---- an existing node ----
+
+# check_node: what of the node would not survive an engine restart (an older
+# quickstart made it), one line each; fixes the restart policy in place.
+check_node() {
+  local policy static
+  policy=$(docker inspect -f '{{.HostConfig.RestartPolicy.Name}}' "$node")
+  if [[ "$policy" != unless-stopped ]]; then
+    docker update --restart unless-stopped "$node" >/dev/null
+    log "set $node's restart policy to unless-stopped (it was '${policy:-no}')"
+  fi
+  static=$(docker inspect -f "{{with index .NetworkSettings.Networks \"$network\"}}{{with .IPAMConfig}}{{.IPv4Address}}{{end}}{{end}}" "$node")
+  [[ -n "$static" ]] || echo "its address on $network is not fixed: the engine may give it another one when it restarts"
+  [[ -n "$(published_port)" ]] || echo "its API server's host port is not fixed: the engine picks another one when it restarts, and kubeconfigs written before go stale"
+}
+
+# explain_node: why an existing node does not answer, for the error message.
+explain_node() {
+  local state ip advertised
+  state=$(docker inspect -f '{{.State.Status}} (exit code {{.State.ExitCode}}, restart policy {{.HostConfig.RestartPolicy.Name}}, started {{.State.StartedAt}})' "$node")
+  log "$node: $state"
+  node_running || return 0
+  ip=$(docker inspect -f "{{with index .NetworkSettings.Networks \"$network\"}}{{.IPAddress}}{{end}}" "$node")
+  advertised=$(docker exec "$node" sed -n 's/^ *advertiseAddress: *//p' /kind/kubeadm.conf 2>/dev/null || true)
+  if [[ -n "$advertised" && "$ip" != "$advertised" ]]; then
+    log "$node's address is now $ip, but its API server and etcd were set up on $advertised: they cannot come back on this address"
+  fi
+  log "its control plane's containers (crictl ps -a):"
+  docker exec "$node" crictl ps -a 2>&1 | awk 'NR == 1 || /kube-apiserver|etcd|kube-controller|kube-scheduler/' | cut -c1-160 >&2 || true
+}
+
+# reuse_node: brings an existing node back (starting it when it is stopped)
+# and waits for its API server; dies naming what is broken when it does not
+# answer within restart_timeout.
+reuse_node() {
+  local problems
+  problems=$(check_node)
+  if ! node_running; then
+    log "$node exists but is stopped; starting it"
+    docker start "$node" >/dev/null || { explain_node; die "$node does not start; $remedy"; }
+  fi
+  if ! api_answers; then
+    log "waiting up to ${restart_timeout}s for $node's API server"
+    if ! retry "$restart_timeout" "$node's API server" "${kubectl_in_node[@]}" get --raw /readyz; then
+      explain_node
+      [[ -z "$problems" ]] || log "$node was made by an older quickstart: $problems"
+      die "$node exists but its API server does not answer; $remedy"
+    fi
+  fi
+  log "$node is up; reusing it"
+  if [[ -n "$problems" ]]; then
+    while read -r line; do log "WARNING: $node was made by an older quickstart: $line"; done <<<"$problems"
+    log "WARNING: 'make quickstart-down', then 'make quickstart', recreates it with a fixed address and port"
+  fi
+}
+
+# ---- a new node ----
+
+create_node() {
+  step "network and node container"
+  local ip port address_flag=()
+  if ! docker network inspect "$network" >/dev/null 2>&1; then
+    create_network
+  fi
+  if ip=$(fixed_address); then
+    address_flag=(--ip "$ip")
+  elif [[ "$(docker network inspect -f "{{index .Labels \"$QS_LABEL\"}}" "$network")" == "$node" ]]; then
+    die "network $network was made by an older quickstart, without a range for dynamic addresses; $remedy"
   else
-    if docker inspect "$node" >/dev/null 2>&1; then
-      die "$node exists but is not a working management cluster; run '$0 down' first"
-    fi
-    step "network and node container"
-    if ! docker network inspect "$network" >/dev/null 2>&1; then
-      docker network create --driver bridge --label "$label" "$network" >/dev/null
-    fi
-    docker run -d --name "$node" --hostname "$node" \
-      --label "$label" --network "$network" \
-      --privileged \
-      --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
-      --tmpfs /tmp --tmpfs /run \
-      --mount "type=volume,dst=/var,volume-label=$label" \
-      --volume /lib/modules:/lib/modules:ro \
-      --volume /var/run/docker.sock:/var/run/docker.sock \
-      --cgroupns private \
-      --publish "127.0.0.1:${MGMT_API_PORT:-}:6443" \
-      "$node_image" >/dev/null
-    retry 60 "$node's containerd" docker exec "$node" ctr -n k8s.io version
+    log "WARNING: network $network (not the quickstart's) has no subnet and range of its creator's: $node gets a dynamic address, which can change when the engine restarts"
+  fi
+  port=$(free_port)
+  docker run -d --name "$node" --hostname "$node" \
+    --label "$label" --network "$network" "${address_flag[@]}" \
+    --restart unless-stopped \
+    --privileged \
+    --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+    --tmpfs /tmp --tmpfs /run \
+    --mount "type=volume,dst=/var,volume-label=$label" \
+    --volume /lib/modules:/lib/modules:ro \
+    --volume /var/run/docker.sock:/var/run/docker.sock \
+    --cgroupns private \
+    --publish "127.0.0.1:$port:6443" \
+    "$node_image" >/dev/null
+  log "$node: ${ip:-dynamic address} on $network, API server on 127.0.0.1:$port"
+  retry 60 "$node's containerd" docker exec "$node" ctr -n k8s.io version
 
-    step "kubeadm init"
-    local ip
-    ip=$(docker inspect -f "{{ (index .NetworkSettings.Networks \"$network\").IPAddress }}" "$node")
-    docker exec -i "$node" bash -c 'mkdir -p /kind /etc/cni/net.d && cat > /kind/kubeadm.conf' <<YAML
+  step "kubeadm init"
+  ip=$(docker inspect -f "{{ (index .NetworkSettings.Networks \"$network\").IPAddress }}" "$node")
+  docker exec -i "$node" bash -c 'mkdir -p /kind /etc/cni/net.d && cat > /kind/kubeadm.conf' <<YAML
 apiVersion: kubeadm.k8s.io/v1beta4
 kind: InitConfiguration
 localAPIEndpoint:
@@ -151,7 +284,7 @@ kind: KubeProxyConfiguration
 conntrack:
   maxPerCore: 0
 YAML
-    docker exec -i "$node" tee /etc/cni/net.d/10-capct.conflist >/dev/null <<'JSON'
+  docker exec -i "$node" tee /etc/cni/net.d/10-capct.conflist >/dev/null <<'JSON'
 {
   "cniVersion": "1.0.0",
   "name": "capct-mgmt",
@@ -168,15 +301,16 @@ YAML
   ]
 }
 JSON
-    local out
-    if ! out=$(docker exec "$node" kubeadm init --config=/kind/kubeadm.conf --skip-token-print --v=1 2>&1); then
-      echo "$out" | tail -40 >&2
-      die "kubeadm init failed; $node is left for inspection ('$0 down' removes it)"
-    fi
-    "${kubectl_in_node[@]}" taint nodes --all node-role.kubernetes.io/control-plane- >/dev/null 2>&1 || true
+  local out
+  if ! out=$(docker exec "$node" kubeadm init --config=/kind/kubeadm.conf --skip-token-print --v=1 2>&1); then
+    echo "$out" | tail -40 >&2
+    die "kubeadm init failed; $node is left for inspection ('$0 down' removes it)"
   fi
+  "${kubectl_in_node[@]}" taint nodes --all node-role.kubernetes.io/control-plane- >/dev/null 2>&1 || true
+}
 
-  step "kubeconfig"
+# write_kubeconfig: the admin kubeconfig with the server on the published port.
+write_kubeconfig() {
   local port
   port=$(docker port "$node" 6443/tcp | sed -n 's/^127\.0\.0\.1:\([0-9]*\)$/\1/p' | head -1)
   [[ -n "$port" ]] || die "cannot find the published API server port of $node"
@@ -186,6 +320,46 @@ JSON
   mv "$kubeconfig.tmp" "$kubeconfig"
   chmod 600 "$kubeconfig"
   log "wrote $kubeconfig (https://127.0.0.1:$port)"
+}
+
+load_images() {
+  step "load controller images into $node's containerd"
+  local image id stamp
+  docker exec "$node" mkdir -p /var/lib/capct-quickstart/images
+  for image in "${images[@]}"; do
+    if ! id=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null); then
+      log "skip $image: not built"
+      continue
+    fi
+    stamp="/var/lib/capct-quickstart/images/$(echo "$image" | tr '/:' '__')"
+    if [[ "$(docker exec "$node" cat "$stamp" 2>/dev/null)" == "$id" ]]; then
+      log "$image: already loaded"
+      continue
+    fi
+    docker save "$image" | docker exec -i "$node" ctr -n k8s.io images import --no-unpack - >/dev/null
+    echo "$id" | docker exec -i "$node" tee "$stamp" >/dev/null
+    log "$image: loaded"
+  done
+}
+
+up() {
+  step "prerequisites"
+  "$QS_ROOT/hack/ensure-docker.sh" >&2
+  if ! docker image inspect "$node_image" >/dev/null 2>&1; then
+    NODE_IMAGE=$node_image "$QS_ROOT/hack/node-image/build-node-image.sh" node >/dev/null
+  fi
+
+  if node_exists; then
+    step "reuse $node"
+    reuse_node
+  else
+    create_node
+  fi
+
+  step "kubeconfig"
+  write_kubeconfig
+  local port
+  port=$(docker port "$node" 6443/tcp | sed -n 's/^127\.0\.0\.1:\([0-9]*\)$/\1/p' | head -1)
 
   step "node Ready"
   retry 180 "node $node Ready" bash -c "[[ \$(${kubectl_in_node[*]} get node $node -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}') == True ]]"
@@ -195,29 +369,46 @@ JSON
   finish
 }
 
+# down: the node (with its /var volume), then anything else labelled for it,
+# containers first, then networks, then volumes. Fails when something is
+# left, e.g. a network that other containers are still attached to.
 down() {
   step "remove $node"
-  local ids
+  local ids left
   docker rm -f -v "$node" >/dev/null 2>&1 || true
-  docker network rm "$network" >/dev/null 2>&1 || true
-  # anything else the quickstart labelled (leftover volumes of failed runs)
   mapfile -t ids < <(docker ps -aq --filter "label=$label")
   (( ${#ids[@]} == 0 )) || docker rm -f -v "${ids[@]}" >/dev/null
+  if docker network inspect "$network" >/dev/null 2>&1 &&
+    [[ "$(docker network inspect -f "{{index .Labels \"$QS_LABEL\"}}" "$network")" == "$node" ]]; then
+    docker network rm "$network" >/dev/null 2>&1 || true
+  fi
+  mapfile -t ids < <(docker network ls -q --filter "label=$label")
+  (( ${#ids[@]} == 0 )) || docker network rm "${ids[@]}" >/dev/null 2>&1 || true
   mapfile -t ids < <(docker volume ls -q --filter "label=$label")
   (( ${#ids[@]} == 0 )) || docker volume rm "${ids[@]}" >/dev/null
-  mapfile -t ids < <(docker network ls -q --filter "label=$label")
-  (( ${#ids[@]} == 0 )) || docker network rm "${ids[@]}" >/dev/null
   rm -f "$kubeconfig"
+  left=$( { docker ps -aq --filter "label=$label"; docker network ls -q --filter "label=$label"; docker volume ls -q --filter "label=$label"; } | wc -l)
+  if ((left > 0)); then
+    if docker network inspect "$network" >/dev/null 2>&1; then
+      log "network $network is still in use by: $(docker network inspect -f '{{range .Containers}}{{.Name}} {{end}}' "$network")"
+      log "'make quickstart-down' removes the containers of CAPCT's workload clusters on it; remove or disconnect (docker network disconnect $network NAME) any other"
+    fi
+    die "$left objects labelled $label are left"
+  fi
   finish
 }
 
 case "${1:-}" in
   up) up ;;
   down) down ;;
+  kubeconfig)
+    node_running || die "$node is not running"
+    write_kubeconfig
+    ;;
   load)
     node_running || die "$node is not running"
     load_images
     finish
     ;;
-  *) echo "usage: $0 up|load|down" >&2; exit 2 ;;
+  *) echo "usage: $0 up|kubeconfig|load|down" >&2; exit 2 ;;
 esac

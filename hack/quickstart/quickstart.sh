@@ -7,32 +7,47 @@
 #                        MachineDeployment and 2 MachinePool workers), wait for
 #                        every node Ready printing machine phases, then prove
 #                        pod-to-pod traffic across workers and through a Service
-#   quickstart.sh down   delete "demo" through the management cluster (CAPCT's
-#                        deletion path), remove the management cluster, and
-#                        fail if anything CAPCT labels is left
+#   quickstart.sh down   delete "demo" (and any other Cluster) through the
+#                        management cluster (CAPCT's deletion path) when it
+#                        answers, else remove by the labels that CAPCT and the
+#                        quickstart put on containers, networks and volumes;
+#                        remove the management cluster; fail if anything
+#                        labelled is left
 #   quickstart.sh test   up, scale the MachineDeployment 2->3 and the
 #                        MachinePool 2->1, down (make test-quickstart)
 #   quickstart.sh prepare   only build what is missing (up's first two steps)
 #   quickstart.sh diagnose  the conditions and controller logs it prints on failure
 #
 # Every step is cached: a second `up` rebuilds nothing and reuses the running
-# clusters. On failure it names the step, prints the cluster's conditions and
-# the controllers' last log lines, and leaves everything for inspection.
+# clusters; after the engine restarted it starts the management node if
+# needed, waits for its API server and for the workload nodes, or says what
+# is broken and what to run (docs/restarts.md). On failure it names the
+# step, prints the cluster's conditions and the controllers' last log lines,
+# and leaves everything for inspection.
 #
-# Environment: QUICKSTART_CLUSTER (demo), QUICKSTART_TIMEOUT (seconds to wait
-# for nodes, 900), QUICKSTART_VERSION (CAPCT's, v0.1.0), KUBERNETES_VERSION
-# (v1.35.4), MGMT_NAME (capct-mgmt), MGMT_API_PORT.
+# Environment: QUICKSTART_CLUSTER (demo), QUICKSTART_WORKERS (replicas of the
+# MachineDeployment and of the MachinePool, 2), QUICKSTART_TIMEOUT (seconds
+# to wait for nodes, 900), QUICKSTART_DELETE_TIMEOUT (seconds for down to
+# delete through the management cluster before it falls back to the labels,
+# 300), QUICKSTART_VERSION (CAPCT's, v0.1.0), KUBERNETES_VERSION (v1.35.4),
+# MGMT_NAME (capct-mgmt), MGMT_API_PORT.
+#
+# hack/quickstart/restart-test.sh and scale-out-test.sh source this file for
+# its functions; run directly, it runs the command named by $1.
 set -euo pipefail
 # shellcheck source=hack/quickstart/lib.sh
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cluster=${QUICKSTART_CLUSTER:-demo}
 namespace=default
 k8s_version=${KUBERNETES_VERSION:-v1.35.4}
 node_image=${NODE_IMAGE:-capct/node:$k8s_version}
 timeout=${QUICKSTART_TIMEOUT:-900}
-workers=2
+delete_timeout=${QUICKSTART_DELETE_TIMEOUT:-300}
+workers=${QUICKSTART_WORKERS:-2}
+mgmt_name=${MGMT_NAME:-capct-mgmt}
+mgmt_network=${MGMT_NETWORK:-$mgmt_name}
 mgmt_kubeconfig=$QS_OUT/management.kubeconfig
 kubeconfig=$QS_OUT/$cluster.kubeconfig
 clusterctl=$QS_CACHE/bin/clusterctl-$CAPI_VERSION
@@ -143,15 +158,17 @@ apply_cluster() {
 
 # print_phases: one line for every ContainerMachine whose phase changed since
 # the last call. The phase is the last lifecycle condition that is True; a
-# failed machine ends the wait, since CAPCT does not retry a failed phase.
+# failed machine ends the wait (unless die_on_failed_machine=false), since
+# CAPCT does not retry a failed phase.
 declare -A last_phase=()
+die_on_failed_machine=true
 print_phases() {
   local name phase
   while IFS=$'\t' read -r name phase; do
     [[ -n "$name" && "${last_phase[$name]:-}" != "$phase" ]] || continue
     log "$(elapsed)  ContainerMachine $name: $phase"
     last_phase[$name]=$phase
-    [[ "$phase" != Failed* ]] || die "ContainerMachine $name failed"
+    [[ "$phase" != Failed* ]] || ! $die_on_failed_machine || die "ContainerMachine $name failed"
   done < <(kmgmt get containermachines -n "$namespace" -l "cluster.x-k8s.io/cluster-name=$cluster" -o json 2>/dev/null | jq -r '
     ["Launched", "Bootstrapped", "Registered", "Initialized"] as $order
     | .items[]
@@ -191,15 +208,38 @@ nodes_ready() {
   [[ "$counts" == "$((1 + want_md + want_mp)) $((1 + want_md + want_mp)) $want_md $want_mp" ]]
 }
 
-# wait_for_nodes MD MP: waits for nodes_ready, printing machine phases.
+# wait_for_nodes MD MP: waits for nodes_ready, printing machine phases, and
+# dies naming the containers of the cluster that stay stopped (after an
+# engine restart, those the engine did not restart and CAPCT did not start).
 wait_for_nodes() {
   local deadline=$((SECONDS + timeout))
+  declare -A stopped_since=()
+  local name stuck
   until nodes_ready "$1" "$2"; do
     print_phases
+    stuck=()
+    while read -r name; do
+      [[ -n "$name" ]] || continue
+      : "${stopped_since[$name]:=$SECONDS}"
+      ((SECONDS - stopped_since[$name] < 90)) || stuck+=("$name")
+    done < <(stopped_containers)
+    if ((${#stuck[@]} > 0)); then
+      for name in "${stuck[@]}"; do
+        log "container $name: $(docker inspect -f '{{.State.Status}} since {{.State.FinishedAt}}, exit code {{.State.ExitCode}}, restart policy {{.HostConfig.RestartPolicy.Name}}' "$name")"
+      done
+      die "the containers above of Cluster $cluster have been stopped for 90s and neither the engine nor CAPCT starts them; 'docker start ${stuck[*]}' may bring the cluster back, else run 'make quickstart-down' (it removes everything labelled), then 'make quickstart'"
+    fi
     ((SECONDS < deadline)) || die "timed out after ${timeout}s waiting for 1+$1+$2 Ready nodes"
     sleep 2
   done
   print_phases
+}
+
+# stopped_containers: the names of the cluster's containers that CAPCT made
+# and that are not running.
+stopped_containers() {
+  docker ps -a --filter "label=io.x-k8s.capct.cluster=$cluster" --format '{{.Names}} {{.State}}' |
+    awk '$2 != "running" {print $1}'
 }
 
 # load_probe_image NODE...: the probe pods' image, busybox from the host, put
@@ -225,12 +265,11 @@ http_get() {
   kwl exec qs-client -- busybox sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | busybox nc -w 5 $1 $2" | tail -n 1 | tr -d '\r'
 }
 
-# prove: a pod on a MachineDeployment worker answers a pod on a MachinePool
-# worker by pod IP (node IPAM's routes) and through a Service (kube-proxy,
-# CoreDNS).
-prove() {
-  step "prove: pod to pod across workers, and through a Service"
-  local server_node client_node server_ip want got
+# start_probes: a busybox HTTP server pod qs-server (with a Service) on a
+# MachineDeployment worker and a client pod qs-client on a MachinePool
+# worker, both Ready.
+start_probes() {
+  local server_node client_node
   server_node=$(kwl get nodes -o name | sed -n 's|^node/\(.*-md-0-.*\)|\1|p' | head -1)
   client_node=$(kwl get nodes -o name | sed -n 's|^node/\(.*-mp-0-.*\)|\1|p' | head -1)
   [[ -n "$server_node" && -n "$client_node" ]] || die "no MachineDeployment or MachinePool node to run the probe pods on"
@@ -269,9 +308,19 @@ spec:
   - name: client
     image: $probe_image
     imagePullPolicy: Never
-    command: [/bin/busybox, sleep, "3600"]
+    command: [/bin/busybox, sleep, "86400"]
 YAML
   kwl wait --for=condition=Ready pod/qs-server pod/qs-client --timeout=120s >/dev/null
+  log "probe pods: qs-server on $server_node, qs-client on $client_node"
+}
+
+# check_traffic: the client pod reaches the server pod by pod IP (node
+# IPAM's routes between the two node containers) and through the Service by
+# its DNS name (kube-proxy, CoreDNS).
+check_traffic() {
+  local server_node client_node server_ip want got tries=0
+  server_node=$(kwl get pod qs-server -o jsonpath='{.spec.nodeName}')
+  client_node=$(kwl get pod qs-client -o jsonpath='{.spec.nodeName}')
   server_ip=$(kwl get pod qs-server -o jsonpath='{.status.podIP}')
   want="hello from qs-server on $server_node"
   got=$(http_get "$server_ip" 8080)
@@ -280,14 +329,25 @@ YAML
   # CoreDNS starts once the nodes have pod networks; the Service's rules
   # reach every node's kube-proxy a moment after the endpoints exist.
   kwl -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null
-  local tries=0
   until got=$(http_get qs-server.default.svc.cluster.local 80 2>/dev/null) && [[ "$got" == "$want" ]]; do
     ((++tries < 30)) || die "the Service qs-server answered '$got', want '$want'"
     sleep 2
   done
   log "pod qs-client -> Service qs-server.default.svc.cluster.local:80: '$got' (attempt $((tries + 1)))"
-  kwl delete pod qs-server qs-client --wait=false >/dev/null
-  kwl delete service qs-server >/dev/null
+}
+
+remove_probes() {
+  kwl delete pod qs-server qs-client --ignore-not-found --wait=false >/dev/null
+  kwl delete service qs-server --ignore-not-found >/dev/null
+}
+
+# prove: pod-to-pod traffic across a MachineDeployment and a MachinePool
+# worker, and through a Service.
+prove() {
+  step "prove: pod to pod across workers, and through a Service"
+  start_probes
+  check_traffic
+  remove_probes
 }
 
 up() {
@@ -299,8 +359,12 @@ up() {
   init_providers
   create_cluster
   step "wait for 1 + $workers + $workers nodes Ready"
+  # Fetched again: a reused cluster's endpoint may have changed since.
+  rm -f "$kubeconfig"
   wait_for_nodes "$workers" "$workers"
-  prove
+  if ((workers > 0)); then
+    prove
+  fi
   end_step
   log "workload cluster $cluster is up; kubeconfig: $kubeconfig"
   log "management cluster kubeconfig: $mgmt_kubeconfig"
@@ -311,44 +375,116 @@ up() {
 
 # ---- down ----
 
+# labelled_containers: the containers to remove: those CAPCT labelled for
+# the cluster, and any container carrying one of CAPCT's ownership labels
+# (io.x-k8s.capct.cluster, .cluster-uid or any other .cluster* key, or
+# .machine) on the management cluster's network, where every workload
+# cluster of the quickstart lives. By the labels' presence, not by an
+# owner's identity, which only the (maybe gone) management cluster knows.
+labelled_containers() {
+  {
+    docker ps -aq --filter "label=io.x-k8s.capct.cluster=$cluster"
+    if docker network inspect "$mgmt_network" >/dev/null 2>&1; then
+      docker ps -aq --filter "network=$mgmt_network" | while read -r id; do
+        if docker inspect -f '{{range $k, $v := .Config.Labels}}{{println $k}}{{end}}' "$id" |
+          grep -qE '^io\.x-k8s\.capct\.(cluster|machine)'; then
+          echo "$id"
+        fi
+      done
+    fi
+  } | sort -u
+}
+
 # leftovers: what CAPCT labelled for this cluster, or the quickstart for
-# this management cluster, and is still there.
+# this management cluster, and is still there, as "kind id name" lines.
 leftovers() {
   local label
-  for label in "io.x-k8s.capct.cluster=$cluster" "$QS_LABEL=${MGMT_NAME:-capct-mgmt}"; do
-    docker ps -aq --filter "label=$label" | sed 's/^/container /'
-    docker network ls -q --filter "label=$label" | sed 's/^/network /'
+  for label in "io.x-k8s.capct.cluster=$cluster" "$QS_LABEL=$mgmt_name"; do
+    docker ps -a --filter "label=$label" --format 'container {{.ID}} {{.Names}}'
+    docker network ls --filter "label=$label" --format 'network {{.ID}} {{.Name}}'
     docker volume ls -q --filter "label=$label" | sed 's/^/volume /'
+  done | sort -u
+}
+
+# mgmt_answers: true when the management node runs and its API server
+# answers within a minute (it may still be starting after an engine
+# restart), through a kubeconfig written afresh.
+mgmt_answers() {
+  [[ -x "$kubectl" ]] || return 1
+  [[ "$(docker inspect -f '{{.State.Running}}' "$mgmt_name" 2>/dev/null)" == true ]] || return 1
+  QS_NAME=mgmt-cluster "$here/mgmt-cluster.sh" kubeconfig >/dev/null 2>&1 || return 1
+  local deadline=$((SECONDS + 60))
+  until kmgmt get --raw /readyz --request-timeout=5s >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || return 1
+    sleep 2
   done
 }
 
+# delete_clusters: deletes every Cluster in the management cluster (it is
+# going away), so that CAPCT's deletion path removes their containers and
+# networks. False when they are not gone within delete_timeout.
+delete_clusters() {
+  local clusters
+  clusters=$(kmgmt get clusters -A -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}{"\n"}{end}' 2>/dev/null) || return 1
+  if [[ -z "$clusters" ]]; then
+    log "no Cluster in the management cluster"
+    return 0
+  fi
+  log "deleting $(tr '\n' ' ' <<<"$clusters")through the management cluster (up to ${delete_timeout}s)"
+  kmgmt delete clusters --all -A --wait=false >&2 || return 1
+  local deadline=$((SECONDS + delete_timeout))
+  until [[ -z "$(kmgmt get clusters -A -o name 2>/dev/null)" ]]; do
+    if ((SECONDS >= deadline)); then
+      log "still there after ${delete_timeout}s: $(kmgmt get clusters -A -o name 2>/dev/null | tr '\n' ' ')"
+      return 1
+    fi
+    sleep 2
+  done
+}
+
+# down: deletes the workload clusters through the management cluster when
+# it answers (CAPCT's deletion path runs), else falls back to the labels;
+# then removes what is left by label, containers first, then networks, then
+# volumes, and the management cluster. Fails if anything labelled is left,
+# or if CAPCT's own deletion left something.
 down() {
-  step "delete Cluster $cluster through the management cluster"
-  local deleted=true
-  if [[ -s "$mgmt_kubeconfig" ]] && kmgmt get cluster "$cluster" -n "$namespace" >/dev/null 2>&1; then
-    if ! kmgmt delete cluster "$cluster" -n "$namespace" --timeout="${timeout}s" >&2; then
-      deleted=false
-      log "deleting Cluster $cluster did not finish; removing the management cluster anyway"
+  step "delete the workload clusters through the management cluster"
+  local through=false leaked ids
+  if mgmt_answers; then
+    if delete_clusters; then
+      through=true
+    else
+      log "deleting through the management cluster did not finish; falling back to the labels"
     fi
   else
-    log "no management cluster or no Cluster $cluster; nothing to delete through it"
+    log "the management cluster $mgmt_name does not answer (or does not exist); falling back to the labels"
   fi
   rm -f "$kubeconfig" "$QS_OUT/$cluster.yaml"
-  end_step
-  QS_NAME=mgmt-cluster "$here/mgmt-cluster.sh" down
 
-  step "check that nothing CAPCT labelled for $cluster, or the quickstart for ${MGMT_NAME:-capct-mgmt}, is left"
+  step "remove what CAPCT labelled, then the management cluster $mgmt_name"
+  mapfile -t ids < <(labelled_containers)
+  if ((${#ids[@]} > 0)); then
+    leaked=$(docker inspect -f '{{.Name}}' "${ids[@]}" | tr -d / | tr '\n' ' ')
+    log "removing containers: $leaked"
+    docker rm -f -v "${ids[@]}" >/dev/null
+  fi
+  QS_NAME=mgmt-cluster "$here/mgmt-cluster.sh" down || true
+  mapfile -t ids < <(docker network ls -q --filter "label=io.x-k8s.capct.cluster=$cluster")
+  ((${#ids[@]} == 0)) || docker network rm "${ids[@]}" >/dev/null || true
+  mapfile -t ids < <(docker volume ls -q --filter "label=io.x-k8s.capct.cluster=$cluster")
+  ((${#ids[@]} == 0)) || docker volume rm "${ids[@]}" >/dev/null || true
+
+  step "check that nothing CAPCT labelled for $cluster, or the quickstart for $mgmt_name, is left"
   local left
   left=$(leftovers)
   if [[ -n "$left" ]]; then
     log "left behind:"
     echo "$left" >&2
-    echo "$left" | awk '$1 == "container" {print $2}' | xargs -r docker rm -f -v >/dev/null
-    echo "$left" | awk '$1 == "network" {print $2}' | xargs -r docker network rm >/dev/null
-    echo "$left" | awk '$1 == "volume" {print $2}' | xargs -r docker volume rm >/dev/null
-    die "CAPCT's deletion left the objects above (now removed)"
+    die "could not remove the objects above"
   fi
-  $deleted || die "deleting Cluster $cluster through the management cluster failed"
+  if $through && [[ -n "${leaked:-}" ]]; then
+    die "CAPCT's deletion left containers (now removed): $leaked"
+  fi
   log "nothing left"
   finish
 }
@@ -399,6 +535,9 @@ diagnose() {
     kmgmt logs -n "${d%%/*}" "deploy/${d#*/}" --tail=15 2>&1 | cut -c1-400 >&2 || true
   done
 }
+
+# Sourced by the tests for its functions: they run their own flow.
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
 
 case "${1:-}" in
   up) up ;;

@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# make test-scale-out (issue #13; docs/quickstart.md, "Scale-out and node
+# capacity"): MachinePool scale-out on real nodes, and what happens when the
+# host runs out of inotify instances.
+#
+# Through the quickstart's machinery (it sources quickstart.sh), under its
+# own names: management cluster capct-sotest, workload cluster sotest of one
+# control plane and an empty MachineDeployment and MachinePool, files in
+# out/scale-out-test/.
+#
+#   scale-out-test.sh test       (make test-scale-out)
+#     1. the MachinePool 0->10, every Node Ready; prints the time
+#     2. 10->0: every machine, Node and container of the pool gone
+#     3. the host's fs.inotify.max_user_instances lowered to what is in use
+#        plus SCALE_OUT_HEADROOM (8), restored afterwards whatever happens;
+#        0->10 again. For LOWERED_WINDOW seconds (120) no ContainerMachine may
+#        fail, and they must wait with the Launched condition's reason
+#        WaitingForHostCapacity; then the limit is restored and all 10 Nodes
+#        must become Ready; then 10->0.
+#   scale-out-test.sh capacity   (make bench-node-capacity)
+#     the MachinePool to 10, 20, ... CAPACITY_MAX (30), each step waiting for
+#     every Node Ready (up to CAPACITY_STEP_TIMEOUT, 900 s) and then holding
+#     30 s; prints per step the host's memory, CPU, threads and inotify use
+#     against their limits, and stops at the first step that does not get
+#     Ready, naming what ran out.
+#
+# Runs real clusters and changes a host-wide sysctl: run it alone, under the
+# Docker lock (flock /tmp/capct-docker.lock make test-scale-out).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+export MGMT_NAME=${MGMT_NAME:-capct-sotest}
+export QUICKSTART_CLUSTER=${QUICKSTART_CLUSTER:-sotest}
+export QUICKSTART_OUT=${QUICKSTART_OUT:-$root/out/scale-out-test}
+export QUICKSTART_WORKERS=0
+export QS_NAME=scale-out-test
+# shellcheck source=hack/quickstart/quickstart.sh
+source "$root/hack/quickstart/quickstart.sh"
+
+replicas=${SCALE_OUT_REPLICAS:-10}
+headroom=${SCALE_OUT_HEADROOM:-8}
+lowered_window=${LOWERED_WINDOW:-120}
+step_timeout=${CAPACITY_STEP_TIMEOUT:-900}
+capacity_max=${CAPACITY_MAX:-30}
+pool=$cluster-mp-0
+limit_file=/proc/sys/fs/inotify/max_user_instances
+original_limit=""
+
+# ---- the host ----
+
+# inotify_in_use: inotify instances held by root's processes (every node's
+# systemd, journald, containerd and kubelet run as the host's root).
+# find fails on processes that end while it reads them: its count stands.
+inotify_in_use() { { find /proc/[0-9]*/fd -user 0 -lname 'anon_inode:inotify' 2>/dev/null || true; } | wc -l; }
+
+# inotify_watches: watches of those instances.
+inotify_watches() {
+  { find /proc/[0-9]*/fd -user 0 -lname 'anon_inode:inotify' 2>/dev/null || true; } | sed 's|/fd/|/fdinfo/|' |
+    { xargs -r cat 2>/dev/null || true; } | grep -c '^inotify wd' || true
+}
+
+lower_limit() {
+  original_limit=$(<"$limit_file")
+  local used
+  used=$(inotify_in_use)
+  echo $((used + headroom)) >"$limit_file"
+  log "lowered fs.inotify.max_user_instances from $original_limit to $((used + headroom)) ($used in use + $headroom)"
+}
+
+restore_limit() {
+  [[ -n "$original_limit" ]] || return 0
+  echo "$original_limit" >"$limit_file"
+  log "restored fs.inotify.max_user_instances to $original_limit"
+  original_limit=""
+}
+
+# host_usage: one line of what the host uses against its limits, CPU busy
+# measured over SECONDS (default 20).
+host_usage() {
+  local window=${1:-20} a b mem threads
+  read -r -a a < <(head -1 /proc/stat)
+  sleep "$window"
+  read -r -a b < <(head -1 /proc/stat)
+  local busy total i
+  busy=0 total=0
+  for i in 1 2 3 6 7 8; do busy=$((busy + b[i] - a[i])); done
+  for i in 1 2 3 4 5 6 7 8; do total=$((total + b[i] - a[i])); done
+  mem=$(awk '/^MemTotal:/ {t=$2} /^MemAvailable:/ {a=$2} END {printf "%d of %d MiB", (t - a) / 1024, t / 1024}' /proc/meminfo)
+  threads=$({ find /proc/[0-9]*/task -maxdepth 1 -mindepth 1 2>/dev/null || true; } | wc -l)
+  echo "memory $mem; CPU busy $((100 * busy / total))% over ${window}s, load $(cut -d' ' -f1-3 /proc/loadavg); threads $threads of pid_max $(</proc/sys/kernel/pid_max); inotify instances $(inotify_in_use) of $(<"$limit_file"), watches $(inotify_watches) of $(</proc/sys/fs/inotify/max_user_watches); open files $(cut -f1 /proc/sys/fs/file-nr) of $(</proc/sys/fs/file-max)"
+}
+
+# ---- the pool ----
+
+scale_pool() { kmgmt scale machinepool "$pool" -n "$namespace" --replicas="$1" >/dev/null; }
+
+# failed_machines: ContainerMachines of the cluster that failed for good.
+failed_machines() {
+  kmgmt get containermachines -n "$namespace" -l "cluster.x-k8s.io/cluster-name=$cluster" -o json 2>/dev/null |
+    jq -r '.items[] | select(.status.phase == "Failed") | .metadata.name'
+}
+
+# wait_pool N BOUND: waits for the control plane and N pool Nodes Ready.
+# Returns 1 after BOUND seconds, 2 as soon as a machine has failed for good.
+wait_pool() {
+  local want=$1 deadline=$((SECONDS + $2))
+  until nodes_ready 0 "$want"; do
+    print_phases
+    [[ -z "$(failed_machines)" ]] || return 2
+    ((SECONDS < deadline)) || return 1
+    sleep 2
+  done
+  print_phases
+}
+
+# pool_gone: nothing of the pool left: no ContainerMachine, no Node, no
+# container.
+pool_gone() {
+  local bound=$((SECONDS + 300))
+  until [[ -z "$(kmgmt get containermachines -n "$namespace" -l "cluster.x-k8s.io/cluster-name=$cluster" -o name | grep -- "/$pool-" || true)" &&
+    -z "$(docker ps -aq --filter "label=io.x-k8s.capct.cluster=$cluster" --filter "label=io.x-k8s.capct.role=worker")" ]]; do
+    ((SECONDS < bound)) || return 1
+    sleep 2
+  done
+  nodes_ready 0 0
+}
+
+scale_in() {
+  step "scale MachinePool $pool ->0"
+  local start=$SECONDS
+  scale_pool 0
+  pool_gone || die "the pool's machines, Nodes or containers are still there 300s after scaling to 0"
+  log "MachinePool $pool at 0, every machine, Node and container gone, in $((SECONDS - start))s"
+}
+
+# ---- the flows ----
+
+on_failure() {
+  restore_limit
+  diagnose
+  if $remove_on_failure; then
+    remove_on_failure=false
+    log "---- removing the test's clusters"
+    (down) || true
+  fi
+}
+
+test_scale_out() {
+  remove_on_failure=true
+  up
+  trap 'restore_limit; kill "$mem_pid" 2>/dev/null || true' EXIT
+  trap 'exit 143' TERM INT
+
+  step "scale MachinePool $pool 0->$replicas"
+  local start=$SECONDS used_before
+  used_before=$(inotify_in_use)
+  scale_pool "$replicas"
+  wait_pool "$replicas" "$timeout" || die "MachinePool $pool did not reach $replicas Ready Nodes"
+  log "measured: MachinePool 0->$replicas to every Node Ready in $((SECONDS - start))s"
+  log "inotify instances in use: $used_before before, $(inotify_in_use) with $replicas more nodes (about $((($(inotify_in_use) - used_before) / replicas)) per node)"
+  scale_in
+
+  step "scale MachinePool $pool 0->$replicas with the host's inotify instances nearly exhausted"
+  lower_limit
+  die_on_failed_machine=false
+  scale_pool "$replicas"
+  local deadline=$((SECONDS + lowered_window)) failed waiting reasons
+  while ((SECONDS < deadline)); do
+    print_phases
+    failed=$(failed_machines)
+    [[ -z "$failed" ]] || break
+    sleep 3
+  done
+  reasons=$(kmgmt get containermachines -n "$namespace" -l "cluster.x-k8s.io/cluster-name=$cluster" -o json | jq -r '
+    [.items[] | select(.metadata.name | test("-control-plane-") | not)
+     | ((.status.conditions // [])[] | select(.type == "Launched") | "Launched=\(.status)/\(.reason)") // "no Launched condition"]
+    | group_by(.) | map("\(length) \(.[0])") | join(", ")')
+  waiting=$(kmgmt get containermachines -n "$namespace" -l "cluster.x-k8s.io/cluster-name=$cluster" -o json |
+    jq '[.items[] | select(any((.status.conditions // [])[]; .type == "Launched" and .reason == "WaitingForHostCapacity"))] | length')
+  log "with the limit lowered, after $((SECONDS - deadline + lowered_window))s: ContainerMachines' Launched: $reasons"
+  local problems=()
+  if [[ -n "$failed" ]]; then
+    problems+=("$(wc -l <<<"$failed") ContainerMachines failed for good instead of waiting: $(tr '\n' ' ' <<<"$failed")")
+    local m
+    m=$(head -1 <<<"$failed")
+    log "why $m failed:"
+    kmgmt get containermachine "$m" -n "$namespace" -o json | jq -r '(.status.conditions // [])[] | select(.status != "True") | "  \(.type)=\(.status) \(.reason): \(.message // "" | .[0:600])"' >&2
+  fi
+  ((waiting > 0)) || problems+=("no ContainerMachine waits with the Launched reason WaitingForHostCapacity")
+  restore_limit
+  if [[ -z "$failed" ]]; then
+    step "the limit restored: the waiting machines go on"
+    start=$SECONDS
+    if wait_pool "$replicas" "$timeout"; then
+      log "measured: limit restored -> $replicas Nodes Ready in $((SECONDS - start))s"
+    else
+      problems+=("after the limit was restored, $replicas Nodes were not Ready within ${timeout}s, or a machine failed")
+    fi
+  else
+    log "not waiting for the pool after restoring the limit: its failed machines do not recover"
+  fi
+  die_on_failed_machine=true
+  if ((${#problems[@]} > 0)); then
+    printf '  FAIL  %s\n' "${problems[@]}" >&2
+    die "scale-out with the inotify limit lowered: ${problems[0]}"
+  fi
+  scale_in
+  down
+}
+
+capacity() {
+  remove_on_failure=true
+  up
+  trap 'kill "$mem_pid" 2>/dev/null || true' EXIT
+  local n start rc rows=() verdict=""
+  rows+=("0 nodes in the pool: $(host_usage 20)")
+  die_on_failed_machine=false
+  for ((n = 10; n <= capacity_max; n += 10)); do
+    step "MachinePool $pool ->$n"
+    start=$SECONDS
+    scale_pool "$n"
+    rc=0
+    wait_pool "$n" "$step_timeout" || rc=$?
+    if ((rc != 0)); then
+      verdict="$n: not every Node Ready after $((SECONDS - start))s ($( ((rc == 2)) && echo "machines failed: $(failed_machines | tr '\n' ' ')" || echo "timed out"))"
+      rows+=("$n nodes, NOT all Ready: $(host_usage 10)")
+      break
+    fi
+    local took=$((SECONDS - start))
+    log "$n pool Nodes Ready in ${took}s; holding 30s"
+    sleep 10
+    rows+=("$n nodes Ready (in ${took}s): $(host_usage 20)")
+    nodes_ready 0 "$n" || { verdict="$n: Nodes went NotReady while held"; break; }
+    log "${rows[-1]}"
+  done
+  end_step
+  log "capacity, 1 control plane + the pool, on $(nproc) cores and $(awk '/^MemTotal:/ {printf "%d MiB", $2 / 1024}' /proc/meminfo):"
+  printf '  %s\n' "${rows[@]}" >&2
+  log "${verdict:-every step up to $capacity_max nodes was Ready}"
+  die_on_failed_machine=true
+  down
+}
+
+case "${1:-test}" in
+  test) test_scale_out ;;
+  capacity) capacity ;;
+  *) echo "usage: $0 test|capacity" >&2; exit 2 ;;
+esac
