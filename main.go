@@ -39,6 +39,7 @@ import (
 	expcontrollers "github.com/capct/cluster-api-provider-container/exp/controllers"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
+	"github.com/capct/cluster-api-provider-container/internal/policy"
 	"github.com/capct/cluster-api-provider-container/internal/webhooks"
 )
 
@@ -68,6 +69,7 @@ type options struct {
 	logOptions                *logs.Options
 	gracefulShutdownTimeout   time.Duration
 	containerRuntimeAPITimout time.Duration
+	policy                    policy.Policy
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
@@ -114,6 +116,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 		"How long the manager waits for reconciles to finish on shutdown.")
 	fs.DurationVar(&o.containerRuntimeAPITimout, "container-runtime-timeout", 30*time.Second,
 		"Bound on each call to the container runtime, so that a stuck engine cannot hold a worker.")
+	o.policy.AddFlags(fs)
 	flags.AddManagerOptions(fs, &o.managerOptions)
 	feature.MutableGates.AddFlag(fs)
 }
@@ -206,10 +209,12 @@ func run() error {
 	if err := setupReconcilers(ctx, mgr, o); err != nil {
 		return err
 	}
-	if err := webhooks.SetupWithManager(mgr); err != nil {
+	if err := webhooks.SetupWithManager(mgr, &o.policy); err != nil {
 		return err
 	}
-	log.Info("Starting manager", "machinePools", feature.Gates.Enabled(feature.MachinePool))
+	log.Info("Starting manager", "machinePools", feature.Gates.Enabled(feature.MachinePool),
+		"allowedHostPathPrefixes", o.policy.HostPathPrefixes, "allowedUnmanagedNetworks", o.policy.AllowedNetworks,
+		"allowedImagePrefixes", o.policy.ImagePrefixes, "maxMachinesPerCluster", o.policy.MaxMachinesPerCluster)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("manager stopped with an error: %w", err)
 	}

@@ -24,19 +24,23 @@ const (
 
 // Mount is a host path mounted into a machine's container.
 type Mount struct {
-	// containerPath is where the mount appears inside the container.
+	// containerPath is where the mount appears inside the container. It may
+	// not hide what the node needs (/, /var, /run, /tmp, /etc, /usr, /lib,
+	// /lib/modules, /kind and others; the webhook lists them) and, like
+	// hostPath, may not contain ':', which the engine reads as the start of
+	// bind options.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096
-	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:Pattern=`^/[^:]*$`
 	ContainerPath string `json:"containerPath"`
 
-	// hostPath is the path on the host running the container runtime. It must
-	// exist: the runtime reports an error otherwise.
+	// hostPath is the path on the host running the container runtime. The
+	// manager's --allowed-host-path-prefixes may restrict it.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096
-	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:Pattern=`^/[^:]*$`
 	HostPath string `json:"hostPath"`
 
 	// readOnly mounts the path read-only.
@@ -48,15 +52,18 @@ type Mount struct {
 // container is unbounded, which is what CAPD always does.
 // +kubebuilder:validation:MinProperties=1
 type MachineResources struct {
-	// cpus is the number of CPUs the container may use, e.g. "2" or "500m".
+	// cpus is the number of CPUs the container may use, e.g. "2" or "500m":
+	// at least 10m, the smallest limit Docker takes, and at most 1024.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="cpus must be greater than zero"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('10m')) >= 0",message="cpus must be at least 10m (0.01 CPU), the smallest limit the engine takes"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('1024')) <= 0",message="cpus must be at most 1024"
 	CPUs *resource.Quantity `json:"cpus,omitempty"`
 
-	// memory is the memory limit of the container, e.g. "2Gi". A node needs
-	// at least 64Mi to boot.
+	// memory is the memory limit of the container, e.g. "2Gi": at least
+	// 512Mi, below which a Kubernetes node does not come up, and at most 1Ti.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Mi')) >= 0",message="memory must be at least 64Mi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('512Mi')) >= 0",message="memory must be at least 512Mi: a Kubernetes node does not come up with less"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('1Ti')) <= 0",message="memory must be at most 1Ti"
 	Memory *resource.Quantity `json:"memory,omitempty"`
 }
 

@@ -25,7 +25,10 @@ type ContainerClusterSpec struct {
 	ClusterID string `json:"clusterID,omitempty"`
 	// controlPlaneEndpoint is where the workload cluster's API server is
 	// reached. CAPCT sets it to its load balancer's address when it is empty.
+	// Its port, when set, must be 6443: the only one CAPCT's load balancer and
+	// nodes serve.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.port) || self.port == 6443",message="port must be 6443, the only port CAPCT's load balancer serves",fieldPath=".port"
 	ControlPlaneEndpoint clusterv1.APIEndpoint `json:"controlPlaneEndpoint,omitempty,omitzero"`
 
 	// failureDomains are copied to status. On one container host they only
@@ -64,9 +67,10 @@ type LoadBalancerSpec struct {
 	CustomHAProxyConfigTemplateRef *LocalObjectReference `json:"customHAProxyConfigTemplateRef,omitempty"`
 }
 
-// NetworkSpec configures a cluster's container network.
+// NetworkSpec configures a cluster's container network. Its name, mode and
+// ipFamily are immutable (ContainerCluster's rules, which also see spec.network
+// added or removed).
 // +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'Unmanaged' || has(self.name)",message="name is required when mode is Unmanaged"
-// +kubebuilder:validation:XValidation:rule="has(self.name) == has(oldSelf.name) && (!has(self.name) || self.name == oldSelf.name) && (has(self.mode) && self.mode == 'Unmanaged') == (has(oldSelf.mode) && oldSelf.mode == 'Unmanaged')",message="name and mode are immutable: the cluster's containers are attached to the network"
 type NetworkSpec struct {
 	// name of the container network. Defaults to the cluster's name prefixed
 	// with "capct-".
@@ -194,8 +198,14 @@ type ContainerCluster struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
+	// The network rules treat an absent spec.network like an empty one, so
+	// that adding or removing the whole block cannot change the network of a
+	// live cluster either.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="!has(oldSelf.controlPlaneEndpoint) || !has(oldSelf.controlPlaneEndpoint.host) || (has(self.controlPlaneEndpoint) && self.controlPlaneEndpoint == oldSelf.controlPlaneEndpoint)",message="controlPlaneEndpoint is immutable once set"
+	// +kubebuilder:validation:XValidation:rule="(has(self.network) && has(self.network.name) ? self.network.name : '') == (has(oldSelf.network) && has(oldSelf.network.name) ? oldSelf.network.name : '')",message="network.name is immutable, also by adding or removing spec.network: the cluster's containers are attached to the network",fieldPath=".network.name"
+	// +kubebuilder:validation:XValidation:rule="(has(self.network) && has(self.network.mode) ? self.network.mode : 'Managed') == (has(oldSelf.network) && has(oldSelf.network.mode) ? oldSelf.network.mode : 'Managed')",message="network.mode is immutable, also by adding or removing spec.network: CAPCT would delete or leak a network it did not make",fieldPath=".network.mode"
+	// +kubebuilder:validation:XValidation:rule="(has(self.network) && has(self.network.ipFamily) ? self.network.ipFamily : '') == (has(oldSelf.network) && has(oldSelf.network.ipFamily) ? oldSelf.network.ipFamily : '')",message="network.ipFamily is immutable, also by adding or removing spec.network: the network and the nodes' addresses cannot change family on a live cluster",fieldPath=".network.ipFamily"
 	Spec ContainerClusterSpec `json:"spec,omitempty"`
 	// +optional
 	Status ContainerClusterStatus `json:"status,omitempty"`

@@ -48,9 +48,12 @@ type Runtime interface {
 	// Signal sends signal (e.g. "SIGHUP") to the container's main process.
 	Signal(ctx context.Context, name string, owner Owner, signal string) error
 	// Exec runs in.Cmd in the running container and captures its exit
-	// code, stdout and stderr. A non-zero exit code is not an error. When
+	// code and the last bytes of its stdout and stderr (see
+	// ExecInput.MaxOutput). A non-zero exit code is not an error. When
 	// in.Timeout passes first, Exec returns an error for which IsTimeout is
-	// true; the process may be left running in the container.
+	// true; the process may be left running in the container. Errors name
+	// the command's program only, never its arguments or stdin, which may
+	// hold bootstrap scripts and secrets.
 	Exec(ctx context.Context, name string, owner Owner, in ExecInput) (ExecResult, error)
 	// WriteFile writes content to path in the container (running or not),
 	// creating missing parent directories, without exec.
@@ -63,6 +66,7 @@ type Runtime interface {
 	// not List, to find containers to delete.
 	List(ctx context.Context, labelSelector map[string]string) ([]Machine, error)
 	// ReadFile reads the regular file path from the container, without exec.
+	// A file larger than MaxFileSize is an error for which IsInvalid is true.
 	ReadFile(ctx context.Context, name, path string) ([]byte, error)
 
 	// ImageExists reports whether the engine holds the image ref.
@@ -292,6 +296,9 @@ type ExecInput struct {
 	Env []string
 	// User runs the command as this user; empty means the container's.
 	User string
+	// MaxOutput bounds each of stdout and stderr: Exec keeps their last
+	// MaxOutput bytes. 0 means MaxExecOutput.
+	MaxOutput int
 }
 
 // ExecResult is what a command did.
@@ -302,6 +309,9 @@ type ExecResult struct {
 	Stdout []byte
 	// Stderr is its standard error.
 	Stderr []byte
+	// Truncated is true when Stdout or Stderr lost its beginning to
+	// ExecInput's output bound.
+	Truncated bool
 }
 
 // EventType is the kind of a container event.

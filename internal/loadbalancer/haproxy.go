@@ -2,10 +2,14 @@ package loadbalancer
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"text/template"
+	"text/template/parse"
+	"time"
 )
 
 // ConfigPath is where HAProxy reads its configuration, in kindest/haproxy
@@ -75,12 +79,46 @@ type Config struct {
 	Backends     []Backend
 }
 
+// Bounds on custom templates. A template comes from a ConfigMap that anyone
+// who may create ContainerClusters can write; rendering it must not hold a
+// reconcile worker or the manager's memory hostage.
+const (
+	// MaxTemplateSize bounds a custom template's text.
+	MaxTemplateSize = 64 << 10
+	// MaxConfigSize bounds the rendered configuration.
+	MaxConfigSize = 1 << 20
+	// RenderTimeout bounds a rendering.
+	RenderTimeout = 2 * time.Second
+	// maxRangeDepth bounds nested ranges: each ranges over the backends, so
+	// the work is at most backends^maxRangeDepth.
+	maxRangeDepth = 2
+)
+
+// ErrTemplateRefused wraps every refusal of a custom template: too large,
+// too slow, output too large, or a construct whose cost is not bounded.
+var ErrTemplateRefused = errors.New("custom HAProxy configuration template refused")
+
+type limits struct {
+	template, output int
+	timeout          time.Duration
+}
+
 // Render renders the default template, or custom when it is not empty (the
 // "value" of the ConfigMap named by spec.loadBalancer.customHAProxyConfigTemplateRef).
-// Custom templates see the same fields and the JoinHostPort function.
+// Custom templates see the same fields and the JoinHostPort function. They
+// may range only over .Backends, nested at most twice, and may not define or
+// call templates, so that their cost is bounded by the control plane's size;
+// the text, the output and the time are bounded as well.
 func Render(custom string, cfg Config) ([]byte, error) {
+	return render(custom, cfg, limits{template: MaxTemplateSize, output: MaxConfigSize, timeout: RenderTimeout})
+}
+
+func render(custom string, cfg Config, lim limits) ([]byte, error) {
 	text := defaultTemplate
 	if custom != "" {
+		if len(custom) > lim.template {
+			return nil, fmt.Errorf("%w: it is %d bytes, more than %d", ErrTemplateRefused, len(custom), lim.template)
+		}
 		text = custom
 	}
 	tmpl, err := template.New("haproxy").Funcs(template.FuncMap{
@@ -89,9 +127,94 @@ func Render(custom string, cfg Config) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to parse the HAProxy configuration template: %w", err)
 	}
-	var buf bytes.Buffer
-	if err := tmpl.Execute(&buf, cfg); err != nil {
-		return nil, fmt.Errorf("failed to render the HAProxy configuration template: %w", err)
+	if len(tmpl.Templates()) > 1 {
+		return nil, fmt.Errorf("%w: it defines templates", ErrTemplateRefused)
 	}
-	return buf.Bytes(), nil
+	if err := checkCost(tmpl.Root, 0); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrTemplateRefused, err)
+	}
+	out := &boundedWriter{limit: lim.output}
+	done := make(chan error, 1)
+	go func() { done <- tmpl.Execute(out, cfg) }()
+	timer := time.NewTimer(lim.timeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			return nil, fmt.Errorf("failed to render the HAProxy configuration template: %w", err)
+		}
+		return out.buf.Bytes(), nil
+	case <-timer.C:
+		// The execution cannot be interrupted; its next write fails, and
+		// checkCost bounds what it can do without writing.
+		out.stop()
+		return nil, fmt.Errorf("%w: rendering took longer than %s", ErrTemplateRefused, lim.timeout)
+	}
 }
+
+// checkCost refuses what would make a template's cost unbounded: ranging
+// over anything but the backends (a number ranges that many times), ranges
+// nested deeper than maxRangeDepth, and calling templates (which recurse).
+func checkCost(node parse.Node, depth int) error {
+	switch n := node.(type) {
+	case *parse.ListNode:
+		if n == nil {
+			return nil
+		}
+		for _, c := range n.Nodes {
+			if err := checkCost(c, depth); err != nil {
+				return err
+			}
+		}
+	case *parse.RangeNode:
+		if !isBackends(n.Pipe) {
+			return fmt.Errorf("line %d: range over %s: only .Backends may be ranged over", n.Line, n.Pipe)
+		}
+		if depth+1 > maxRangeDepth {
+			return fmt.Errorf("line %d: ranges nested deeper than %d", n.Line, maxRangeDepth)
+		}
+		return errors.Join(checkCost(n.List, depth+1), checkCost(n.ElseList, depth))
+	case *parse.IfNode:
+		return errors.Join(checkCost(n.List, depth), checkCost(n.ElseList, depth))
+	case *parse.WithNode:
+		return errors.Join(checkCost(n.List, depth), checkCost(n.ElseList, depth))
+	case *parse.TemplateNode:
+		return fmt.Errorf("line %d: calls template %q", n.Line, n.Name)
+	}
+	return nil
+}
+
+// isBackends reports whether a range pipeline is .Backends or $.Backends,
+// with or without declared variables.
+func isBackends(pipe *parse.PipeNode) bool {
+	if pipe == nil || len(pipe.Cmds) != 1 || len(pipe.Cmds[0].Args) != 1 {
+		return false
+	}
+	switch arg := pipe.Cmds[0].Args[0].(type) {
+	case *parse.FieldNode:
+		return len(arg.Ident) == 1 && arg.Ident[0] == "Backends"
+	case *parse.VariableNode:
+		return len(arg.Ident) == 2 && arg.Ident[0] == "$" && arg.Ident[1] == "Backends"
+	}
+	return false
+}
+
+// boundedWriter fails writes beyond limit bytes, or once stopped, which
+// ends a template's execution at its next write.
+type boundedWriter struct {
+	buf     bytes.Buffer
+	limit   int
+	stopped atomic.Bool
+}
+
+func (w *boundedWriter) Write(p []byte) (int, error) {
+	if w.stopped.Load() {
+		return 0, errors.New("rendering stopped")
+	}
+	if w.buf.Len()+len(p) > w.limit {
+		return 0, fmt.Errorf("%w: the configuration is larger than %d bytes", ErrTemplateRefused, w.limit)
+	}
+	return w.buf.Write(p)
+}
+
+func (w *boundedWriter) stop() { w.stopped.Store(true) }

@@ -20,7 +20,7 @@ import (
 
 // maxDecoded bounds the size of one decompressed file, so that a small gzip
 // bomb in the data cannot exhaust the controller's memory.
-const maxDecoded = 64 << 20
+const maxDecoded = MaxPlanSize
 
 // planCloudConfig turns a cloud-config into steps: bootcmd, write_files
 // (deferred ones last) and runcmd, cloud-init's order.
@@ -180,9 +180,13 @@ func parseWriteFiles(raw json.RawMessage) ([]Step, error) {
 		return nil, errors.New("write_files: not a list")
 	}
 	var now, deferred []Step
+	var budget decodedBudget
 	for i, item := range items {
 		f, isDeferred, err := parseWriteFile(item)
 		if err != nil {
+			return nil, fmt.Errorf("write_files[%d]: %w", i, err)
+		}
+		if err := budget.spend(f.Content); err != nil {
 			return nil, fmt.Errorf("write_files[%d]: %w", i, err)
 		}
 		if isDeferred {

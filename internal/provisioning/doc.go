@@ -33,5 +33,7 @@
 //     contents and commands.
 //
 // Bad input is reported as an error wrapping ErrMalformed (or
-// ErrUnknownFormat, or ErrMissingHostname); it never panics.
+// ErrUnknownFormat, ErrMissingHostname, or ErrTooLarge when the data is
+// larger than MaxDataSize or decodes to more than MaxPlanSize); it never
+// panics.
 package provisioning

@@ -96,10 +96,16 @@ func planIgnition(data []byte) (Result, error) {
 		if err := json.Unmarshal(raw, &files); err != nil {
 			return Result{}, errors.New("storage.files: not a list")
 		}
+		var budget decodedBudget
 		for i, raw := range files {
 			steps, err := ignitionFile(raw, v2)
 			if err != nil {
 				return Result{}, fmt.Errorf("storage.files[%d]: %w", i, err)
+			}
+			for _, s := range steps {
+				if err := budget.spend(s.File.Content); err != nil {
+					return Result{}, fmt.Errorf("storage.files[%d]: %w", i, err)
+				}
 			}
 			r.Steps = append(r.Steps, steps...)
 		}

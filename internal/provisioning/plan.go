@@ -43,6 +43,21 @@ var (
 	// ErrMissingHostname means the data refers to the instance's hostname
 	// (a cloud-init jinja variable) but Vars.Hostname is empty.
 	ErrMissingHostname = errors.New("bootstrap data needs a hostname but none was given")
+
+	// ErrTooLarge means the data, or what it decodes to, is larger than
+	// MaxDataSize or MaxPlanSize.
+	ErrTooLarge = errors.New("bootstrap data too large")
+)
+
+// Bounds on one machine's bootstrap data. The data comes from a Secret that
+// whoever creates the Machine controls, and the plan stays in the manager's
+// memory while it runs; kubeadm's data is a few tens of KiB.
+const (
+	// MaxDataSize bounds the data as given (a Secret holds at most 1 MiB).
+	MaxDataSize = 2 << 20
+	// MaxPlanSize bounds what the data decodes to: the contents of every
+	// file and the text of every command, gzip and base64 undone.
+	MaxPlanSize = 16 << 20
 )
 
 // Vars are the values substituted into the bootstrap data.
@@ -111,6 +126,9 @@ func Analyze(format Format, data []byte, vars Vars) (Result, error) {
 		r   Result
 		err error
 	)
+	if len(data) > MaxDataSize {
+		return Result{}, fmt.Errorf("%w: %d bytes, more than %d", ErrTooLarge, len(data), MaxDataSize)
+	}
 	switch format {
 	case FormatCloudConfig, "":
 		r, err = planCloudConfig(data)
@@ -127,6 +145,9 @@ func Analyze(format Format, data []byte, vars Vars) (Result, error) {
 	}
 	if err := substitute(r.Steps, vars); err != nil {
 		return Result{}, err
+	}
+	if n := planSize(r.Steps); n > MaxPlanSize {
+		return Result{}, fmt.Errorf("%w: it decodes to %d bytes, more than %d", ErrTooLarge, n, MaxPlanSize)
 	}
 	for i := range r.Steps {
 		r.Steps[i].Description = describe(r.Steps[i])
@@ -165,4 +186,31 @@ func describe(s Step) string {
 // isShellC reports whether argv is exactly what a shell-string item becomes.
 func isShellC(argv []string) bool {
 	return len(argv) == 3 && argv[0] == "/bin/sh" && argv[1] == "-c"
+}
+
+// planSize is what steps hold: file contents and command text.
+func planSize(steps []Step) int {
+	n := 0
+	for _, s := range steps {
+		if s.File != nil {
+			n += len(s.File.Content)
+		}
+		for _, arg := range s.Command {
+			n += len(arg)
+		}
+	}
+	return n
+}
+
+// decodedBudget stops decoding as soon as the files decoded so far exceed
+// MaxPlanSize, so that many small gzip bombs cannot add up in memory before
+// Analyze checks the total.
+type decodedBudget int
+
+func (b *decodedBudget) spend(content []byte) error {
+	*b += decodedBudget(len(content))
+	if *b > MaxPlanSize {
+		return fmt.Errorf("%w: its files decode to more than %d bytes", ErrTooLarge, MaxPlanSize)
+	}
+	return nil
 }

@@ -23,9 +23,10 @@ import (
 var env *envtest.Environment
 
 func TestMain(m *testing.M) {
-	os.Exit(envtest.Run(m, func(_ context.Context, e *envtest.Environment) error {
+	os.Exit(envtest.Run(m, func(ctx context.Context, e *envtest.Environment) error {
 		env = e
-		return nil
+		*env.Policy = testPolicy
+		return createFixtureClusters(ctx, e.Client)
 	}, nil))
 }
 
@@ -161,7 +162,10 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			return m
 		}, wantField: "image is immutable"},
 		{name: "machine providerID changed once set", before: func(n string) client.Object {
+			// Only a machine created while its Cluster is paused (clusterctl
+			// move) may have a providerID from the start.
 			m := validMachine(n)
+			m.Labels = map[string]string{clusterv1.ClusterNameLabel: pausedCluster}
 			m.Spec.ProviderID = "container:///a"
 			return m
 		}, obj: func(n string) client.Object {
@@ -204,7 +208,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			c.Spec.Network.Name = "shared"
 			c.Spec.Network.Mode = infrav1.NetworkUnmanaged
 			return c
-		}, wantField: "name and mode are immutable"},
+		}, wantField: "spec.network.mode"},
 		{name: "cluster endpoint port out of range", obj: func(n string) client.Object {
 			c := validCluster(n)
 			c.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: "1.2.3.4", Port: 70000}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/policy"
 )
 
 // defaultAPIServerPort is where kubeadm's API servers listen, and so the port
@@ -17,29 +19,61 @@ const defaultAPIServerPort = 6443
 // SetupWithManager registers every CAPCT webhook with the manager's webhook
 // server. All of them are registered whatever the feature gates say, because
 // the CRDs are always installed and an update with no handler would fail.
-func SetupWithManager(mgr ctrl.Manager) error {
+// The validators read p on every request; it must not change once the
+// manager runs.
+func SetupWithManager(mgr ctrl.Manager, p *policy.Policy) error {
 	if err := ctrl.NewWebhookManagedBy(mgr, &infrav1.ContainerCluster{}).
-		WithDefaulter(&containerClusterDefaulter{}).Complete(); err != nil {
+		WithDefaulter(&containerClusterDefaulter{}).
+		WithValidator(&containerClusterValidator{policy: p}).Complete(); err != nil {
 		return fmt.Errorf("failed to set up the ContainerCluster webhook: %w", err)
 	}
+	if err := ctrl.NewWebhookManagedBy(mgr, &infrav1.ContainerMachine{}).
+		WithValidator(&containerMachineValidator{policy: p, reader: mgr.GetAPIReader()}).Complete(); err != nil {
+		return fmt.Errorf("failed to set up the ContainerMachine webhook: %w", err)
+	}
+	if err := ctrl.NewWebhookManagedBy(mgr, &expinfrav1.ContainerMachinePool{}).
+		WithValidator(&containerMachinePoolValidator{policy: p}).Complete(); err != nil {
+		return fmt.Errorf("failed to set up the ContainerMachinePool webhook: %w", err)
+	}
 	if err := ctrl.NewWebhookManagedBy(mgr, &infrav1.ContainerMachineTemplate{}).
-		WithValidator(&templateImmutability[*infrav1.ContainerMachineTemplate]{
+		WithValidator(&templateValidator[*infrav1.ContainerMachineTemplate]{
 			groupKind: infrav1.GroupVersion.WithKind("ContainerMachineTemplate").GroupKind(),
 			spec:      func(t *infrav1.ContainerMachineTemplate) any { return t.Spec.Template.Spec },
+			validate: func(t, old *infrav1.ContainerMachineTemplate) field.ErrorList {
+				var oldSpec *infrav1.ContainerMachineSpec
+				if old != nil {
+					oldSpec = &old.Spec.Template.Spec
+				}
+				return p.MachineSpec(field.NewPath("spec", "template", "spec"), &t.Spec.Template.Spec, oldSpec)
+			},
 		}).Complete(); err != nil {
 		return fmt.Errorf("failed to set up the ContainerMachineTemplate webhook: %w", err)
 	}
 	if err := ctrl.NewWebhookManagedBy(mgr, &infrav1.ContainerClusterTemplate{}).
-		WithValidator(&templateImmutability[*infrav1.ContainerClusterTemplate]{
+		WithValidator(&templateValidator[*infrav1.ContainerClusterTemplate]{
 			groupKind: infrav1.GroupVersion.WithKind("ContainerClusterTemplate").GroupKind(),
 			spec:      func(t *infrav1.ContainerClusterTemplate) any { return t.Spec.Template.Spec },
+			validate: func(t, old *infrav1.ContainerClusterTemplate) field.ErrorList {
+				var oldSpec *infrav1.ContainerClusterSpec
+				if old != nil {
+					oldSpec = &old.Spec.Template.Spec
+				}
+				return p.ClusterSpec(field.NewPath("spec", "template", "spec"), &t.Spec.Template.Spec, oldSpec)
+			},
 		}).Complete(); err != nil {
 		return fmt.Errorf("failed to set up the ContainerClusterTemplate webhook: %w", err)
 	}
 	if err := ctrl.NewWebhookManagedBy(mgr, &expinfrav1.ContainerMachinePoolTemplate{}).
-		WithValidator(&templateImmutability[*expinfrav1.ContainerMachinePoolTemplate]{
+		WithValidator(&templateValidator[*expinfrav1.ContainerMachinePoolTemplate]{
 			groupKind: expinfrav1.GroupVersion.WithKind("ContainerMachinePoolTemplate").GroupKind(),
 			spec:      func(t *expinfrav1.ContainerMachinePoolTemplate) any { return t.Spec.Template.Spec },
+			validate: func(t, old *expinfrav1.ContainerMachinePoolTemplate) field.ErrorList {
+				var oldSpec *infrav1.ContainerMachineSpec
+				if old != nil {
+					oldSpec = &old.Spec.Template.Spec.Template
+				}
+				return p.MachineSpec(field.NewPath("spec", "template", "spec", "template"), &t.Spec.Template.Spec.Template, oldSpec)
+			},
 		}).Complete(); err != nil {
 		return fmt.Errorf("failed to set up the ContainerMachinePoolTemplate webhook: %w", err)
 	}
@@ -47,9 +81,12 @@ func SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // +kubebuilder:webhook:verbs=create;update,path=/mutate-infrastructure-cluster-x-k8s-io-v1alpha1-containercluster,mutating=true,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=containerclusters,versions=v1alpha1,name=default.containercluster.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
-// +kubebuilder:webhook:verbs=update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-containermachinetemplate,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=containermachinetemplates,versions=v1alpha1,name=validation.containermachinetemplate.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
-// +kubebuilder:webhook:verbs=update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-containerclustertemplate,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=containerclustertemplates,versions=v1alpha1,name=validation.containerclustertemplate.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
-// +kubebuilder:webhook:verbs=update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-containermachinepooltemplate,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=containermachinepooltemplates,versions=v1alpha1,name=validation.containermachinepooltemplate.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
+// +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-containercluster,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=containerclusters,versions=v1alpha1,name=validation.containercluster.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
+// +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-containermachine,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=containermachines,versions=v1alpha1,name=validation.containermachine.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
+// +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-containermachinepool,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=containermachinepools,versions=v1alpha1,name=validation.containermachinepool.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
+// +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-containermachinetemplate,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=containermachinetemplates,versions=v1alpha1,name=validation.containermachinetemplate.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
+// +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-containerclustertemplate,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=containerclustertemplates,versions=v1alpha1,name=validation.containerclustertemplate.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
+// +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-containermachinepooltemplate,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=containermachinepooltemplates,versions=v1alpha1,name=validation.containermachinepooltemplate.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
 
 // containerClusterDefaulter fills the endpoint port when a user gives only a
 // host. The endpoint's type is Cluster API's, so no CRD default marker can

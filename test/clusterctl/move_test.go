@@ -214,7 +214,7 @@ func machine(ctx context.Context, t *testing.T, c crclient.Client, name string, 
 		"metadata": map[string]any{"name": name, "namespace": namespace,
 			"labels":      map[string]any{"cluster.x-k8s.io/cluster-name": clusterName},
 			"annotations": map[string]any{"container.infrastructure.cluster.x-k8s.io/pod-cidrs": "10.244.7.0/24"}},
-		"spec": map[string]any{"image": "capct/node:" + kubernetesVersion, "providerID": "container:///" + clusterName + "-" + name},
+		"spec": map[string]any{"image": "capct/node:" + kubernetesVersion},
 	}}
 	kc := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfig",
@@ -225,6 +225,14 @@ func machine(ctx context.Context, t *testing.T, c crclient.Client, name string, 
 			t.Fatal(err)
 		}
 		own(ctx, t, c, get(ctx, t, c, o.GetAPIVersion(), o.GetKind(), name), m, true)
+	}
+	// CAPCT sets the providerID once the container runs; the webhook
+	// refuses one on create unless the Cluster is paused for a move.
+	if err := unstructured.SetNestedField(cm.Object, "container:///"+clusterName+"-"+name, "spec", "providerID"); err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(ctx, c, cm); err != nil {
+		t.Fatal(err)
 	}
 	return m
 }

@@ -507,10 +507,19 @@ func (r *Runtime) List(ctx context.Context, labelSelector map[string]string) ([]
 // container.IsTimeout is true and closes the connection; the Docker API has no
 // call to kill an exec'd process, so it may be left running in the container.
 func (r *Runtime) Exec(ctx context.Context, name string, owner container.Owner, in container.ExecInput) (container.ExecResult, error) {
-	if _, err := r.owned(ctx, "exec in", name, owner); err != nil {
+	if _, err := r.owned(ctx, execOp(in), name, owner); err != nil {
 		return container.ExecResult{}, err
 	}
 	return r.exec(ctx, name, in)
+}
+
+// execOp names an exec for errors by its program only: the arguments of
+// `sh -c` are a script.
+func execOp(in container.ExecInput) string {
+	if len(in.Cmd) == 0 {
+		return "exec in"
+	}
+	return "exec " + strconv.Quote(in.Cmd[0]) + " in"
 }
 
 // exec runs a command without the ownership check, for the calls that made
@@ -519,12 +528,12 @@ func (r *Runtime) exec(ctx context.Context, name string, in container.ExecInput)
 	if len(in.Cmd) == 0 {
 		return container.ExecResult{}, container.NewError("exec in", "container", name, container.KindInvalid, errors.New("empty command"))
 	}
+	op := execOp(in)
 	if in.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, in.Timeout)
 		defer cancel()
 	}
-	op := "exec " + strconv.Quote(strings.Join(in.Cmd, " ")) + " in"
 	timedOut := func(err error) error {
 		if in.Timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return container.NewError(op, "container", name, container.KindTimeout,
@@ -557,10 +566,10 @@ func (r *Runtime) exec(ctx context.Context, name string, in container.ExecInput)
 	} else {
 		stdinErr <- nil
 	}
-	var stdout, stderr bytes.Buffer
+	stdout, stderr := &container.TailBuffer{Limit: in.OutputLimit()}, &container.TailBuffer{Limit: in.OutputLimit()}
 	outDone := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(&stdout, &stderr, hj.Reader)
+		_, err := stdcopy.StdCopy(stdout, stderr, hj.Reader)
 		outDone <- err
 	}()
 	select {
@@ -584,7 +593,8 @@ func (r *Runtime) exec(ctx context.Context, name string, in container.ExecInput)
 	if err != nil {
 		return container.ExecResult{}, timedOut(err)
 	}
-	return container.ExecResult{ExitCode: ei.ExitCode, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, nil
+	return container.ExecResult{ExitCode: ei.ExitCode, Stdout: stdout.Bytes(), Stderr: stderr.Bytes(),
+		Truncated: stdout.Truncated() || stderr.Truncated()}, nil
 }
 
 // WriteFile implements container.Runtime: it sends a tar holding the missing
@@ -662,9 +672,15 @@ func (r *Runtime) ReadFile(ctx context.Context, name, p string) ([]byte, error) 
 			return nil, container.NewError(op, "container", name, container.KindInvalid, errors.New("is a directory"))
 		}
 		if h.Typeflag == tar.TypeReg {
-			b, err := io.ReadAll(tr)
+			if h.Size > container.MaxFileSize {
+				return nil, tooLarge(op, name)
+			}
+			b, err := io.ReadAll(io.LimitReader(tr, container.MaxFileSize+1))
 			if err != nil {
 				return nil, wrap(op, "container", name, err)
+			}
+			if len(b) > container.MaxFileSize {
+				return nil, tooLarge(op, name)
 			}
 			return b, nil
 		}
@@ -837,9 +853,12 @@ func (r *Runtime) writeFileByExec(ctx context.Context, op, name, p string, conte
 
 // readFileByExec reads a file with the container's own cat.
 func (r *Runtime) readFileByExec(ctx context.Context, op, name, p string) ([]byte, error) {
-	res, err := r.exec(ctx, name, container.ExecInput{Cmd: []string{"cat", "--", p}})
+	res, err := r.exec(ctx, name, container.ExecInput{Cmd: []string{"cat", "--", p}, MaxOutput: container.MaxFileSize})
 	if err != nil {
 		return nil, err
+	}
+	if res.Truncated {
+		return nil, tooLarge(op, name)
 	}
 	if res.ExitCode != 0 {
 		kind := container.KindUnknown
@@ -850,4 +869,9 @@ func (r *Runtime) readFileByExec(ctx context.Context, op, name, p string) ([]byt
 			fmt.Errorf("exit code %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr))))
 	}
 	return res.Stdout, nil
+}
+
+func tooLarge(op, name string) error {
+	return container.NewError(op, "container", name, container.KindInvalid,
+		fmt.Errorf("the file is larger than %d bytes", container.MaxFileSize))
 }

@@ -521,7 +521,12 @@ func (r *Runtime) List(ctx context.Context, labelSelector map[string]string) ([]
 // written files, or of stdin), test -f/-e/-d, sleep (honours the timeout) and
 // `sh -c "exit N"`; anything else exits 0 with no output.
 func (r *Runtime) Exec(ctx context.Context, name string, owner container.Owner, in container.ExecInput) (container.ExecResult, error) {
-	op := fmt.Sprintf("exec %q in", strings.Join(in.Cmd, " "))
+	// Only the program is named, as by the Docker runtime: the arguments of
+	// `sh -c` are a script.
+	op := "exec in"
+	if len(in.Cmd) > 0 {
+		op = fmt.Sprintf("exec %q in", in.Cmd[0])
+	}
 	var stdin []byte
 	if in.Stdin != nil {
 		b, err := io.ReadAll(in.Stdin)
@@ -553,10 +558,11 @@ func (r *Runtime) Exec(ctx context.Context, name string, owner container.Owner, 
 
 	if h != nil {
 		if res, ok := h(ctx, m, files, in, stdin); ok {
-			return res, nil
+			return container.BoundOutput(res, in.OutputLimit()), nil
 		}
 	}
-	return r.builtin(ctx, op, name, files, in, stdin)
+	res, err := r.builtin(ctx, op, name, files, in, stdin)
+	return container.BoundOutput(res, in.OutputLimit()), err
 }
 
 func (r *Runtime) builtin(ctx context.Context, op, name string, files map[string][]byte, in container.ExecInput, stdin []byte) (container.ExecResult, error) {
@@ -663,6 +669,9 @@ func (r *Runtime) ReadFile(ctx context.Context, name, p string) ([]byte, error) 
 	b, ok := c.files[path.Clean(p)]
 	if !ok {
 		return nil, container.NewError(op, "container", name, container.KindNotFound, fmt.Errorf("no such file %s", p))
+	}
+	if len(b) > container.MaxFileSize {
+		return nil, container.NewError(op, "container", name, container.KindInvalid, fmt.Errorf("the file is larger than %d bytes", container.MaxFileSize))
 	}
 	return bytes.Clone(b), nil
 }

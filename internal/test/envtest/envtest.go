@@ -35,6 +35,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/policy"
 	"github.com/capct/cluster-api-provider-container/internal/webhooks"
 )
 
@@ -52,6 +53,9 @@ type Environment struct {
 	Manager ctrl.Manager
 	// Scheme knows core Kubernetes, Cluster API and CAPCT types.
 	Scheme *kruntime.Scheme
+	// Policy is what the webhooks allow; policy.Default() unless a test's
+	// setup changes it, which it must do before the manager starts.
+	Policy *policy.Policy
 }
 
 // NewScheme returns a scheme with every type the tests and the manager use.
@@ -105,7 +109,8 @@ func New() (*Environment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to start envtest (KUBEBUILDER_ASSETS=%s): %w", os.Getenv("KUBEBUILDER_ASSETS"), err)
 	}
-	e := &Environment{env: env, Config: cfg, Scheme: scheme}
+	defaults := policy.Default()
+	e := &Environment{env: env, Config: cfg, Scheme: scheme, Policy: &defaults}
 	if err := e.setup(); err != nil {
 		return nil, errors.Join(err, env.Stop())
 	}
@@ -132,7 +137,7 @@ func (e *Environment) setup() error {
 	if err != nil {
 		return fmt.Errorf("failed to create the test manager: %w", err)
 	}
-	if err := webhooks.SetupWithManager(e.Manager); err != nil {
+	if err := webhooks.SetupWithManager(e.Manager, e.Policy); err != nil {
 		return err
 	}
 	return nil

@@ -1,0 +1,17 @@
+// Package diagnostics declares what the manager's secure diagnostics
+// endpoint (--diagnostics-address, served over HTTPS unless
+// --insecure-diagnostics) needs from the management cluster. Cluster API's
+// flags.GetManagerOptions puts controller-runtime's authentication and
+// authorization filter in front of /metrics and /debug: each request's
+// bearer token goes to a TokenReview and the caller's right to GET the path
+// to a SubjectAccessReview, both made with the manager's own credentials.
+// Without the two permissions below every scrape fails.
+//
+// A scraper needs a ClusterRole that allows GET on the /metrics
+// non-resource URL: config/rbac/metrics_reader_role.yaml ships one
+// (capct-metrics-reader once installed) for users to bind. The scrape test
+// in this package checks both against a real API server.
+package diagnostics
+
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create

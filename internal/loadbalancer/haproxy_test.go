@@ -1,0 +1,76 @@
+package loadbalancer
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func backends(n int) Config {
+	cfg := Config{FrontendPort: 6443, BackendPort: 6443}
+	for i := range n {
+		cfg.Backends = append(cfg.Backends, Backend{Name: fmt.Sprintf("cp-%d", i), Address: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Weight: 100})
+	}
+	return cfg
+}
+
+func TestRenderDefaultAndCustom(t *testing.T) {
+	out, err := Render("", backends(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "server cp-1 10.0.0.2:6443 weight 100") {
+		t.Fatalf("the default configuration lacks a backend:\n%s", out)
+	}
+	custom := `{{ range $i, $b := .Backends }}{{ range $.Backends }}{{ $b.Name }}>{{ .Name }} {{ end }}{{ end }}{{ with .IPv6 }}v6{{ else }}v4{{ end }} {{ JoinHostPort "::1" .BackendPort }}`
+	out, err = Render(custom, backends(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "cp-0>cp-0 cp-0>cp-1 cp-1>cp-0 cp-1>cp-1 v4 [::1]:6443"; string(out) != want {
+		t.Fatalf("got %q, want %q", out, want)
+	}
+}
+
+// TestRenderRefusesUnboundedTemplates covers what a hostile ConfigMap could
+// do to the manager: each is refused quickly with ErrTemplateRefused.
+func TestRenderRefusesUnboundedTemplates(t *testing.T) {
+	testCases := []struct {
+		name     string
+		template string
+		want     string
+	}{
+		{name: "text over the size bound", template: strings.Repeat("#", MaxTemplateSize+1), want: "more than 65536"},
+		{name: "ranging over a number", template: `{{ range 100000000000 }}{{ end }}`, want: "only .Backends may be ranged over"},
+		{name: "ranging over a variable", template: `{{ $n := 100000000000 }}{{ range $n }}{{ end }}`, want: "only .Backends"},
+		{name: "ranges nested three deep", template: `{{ range .Backends }}{{ range .Backends }}{{ range .Backends }}{{ end }}{{ end }}{{ end }}`, want: "nested deeper than 2"},
+		{name: "a range hidden in an if", template: `{{ if .IPv6 }}{{ else }}{{ range 5 }}{{ end }}{{ end }}`, want: "only .Backends"},
+		{name: "a recursive template", template: `{{ define "a" }}{{ template "a" . }}{{ template "a" . }}{{ end }}{{ template "a" . }}`, want: "defines templates"},
+		{name: "output over the size bound", template: `{{ range .Backends }}{{ range $.Backends }}{{ printf "%999999d" 1 }}{{ end }}{{ end }}`, want: "larger than 1048576 bytes"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			_, err := Render(tc.template, backends(3))
+			if !errors.Is(err, ErrTemplateRefused) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want a refusal containing %q, got %v", tc.want, err)
+			}
+			if d := time.Since(start); d > RenderTimeout {
+				t.Fatalf("the refusal took %s", d)
+			}
+		})
+	}
+}
+
+// TestRenderTimesOut shows the time bound: a template within every
+// structural bound that is still slow is cut off, and its execution stops at
+// its next write.
+func TestRenderTimesOut(t *testing.T) {
+	slow := `{{ range .Backends }}{{ range $.Backends }}{{ printf "%99999d" 1 }}{{ end }}{{ end }}`
+	_, err := render(slow, backends(2000), limits{template: MaxTemplateSize, output: 1 << 40, timeout: 10 * time.Millisecond})
+	if !errors.Is(err, ErrTemplateRefused) || !strings.Contains(err.Error(), "longer than 10ms") {
+		t.Fatalf("want a timeout refusal, got %v", err)
+	}
+}

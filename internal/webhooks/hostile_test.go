@@ -1,0 +1,416 @@
+package webhooks_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/policy"
+)
+
+// testPolicy is the manager's policy in these tests, as if started with
+//
+//	--allowed-host-path-prefixes=/tmp,/srv/capct
+//	--allowed-unmanaged-networks=capct-mgmt,shared
+//	--allowed-image-prefixes=capct/,kindest/haproxy:,registry.example.com/team/
+//	--max-machines-per-cluster=3
+var testPolicy = policy.Policy{
+	HostPathPrefixes:      []string{"/tmp", "/srv/capct"},
+	AllowedNetworks:       []string{"capct-mgmt", "shared"},
+	ImagePrefixes:         []string{"capct/", "kindest/haproxy:", "registry.example.com/team/"},
+	MaxMachinesPerCluster: 3,
+}
+
+// Clusters the table's machines belong to: one paused as clusterctl move
+// leaves it, one whose machines count against the cap.
+const (
+	pausedCluster = "moving"
+	cappedCluster = "capped"
+)
+
+func createFixtureClusters(ctx context.Context, c client.Client) error {
+	for _, cl := range []*clusterv1.Cluster{
+		{ObjectMeta: metav1.ObjectMeta{Name: pausedCluster, Namespace: metav1.NamespaceDefault}, Spec: clusterv1.ClusterSpec{Paused: ptr.To(true)}},
+		{ObjectMeta: metav1.ObjectMeta{Name: cappedCluster, Namespace: metav1.NamespaceDefault}, Spec: clusterv1.ClusterSpec{Paused: ptr.To(false)}},
+	} {
+		if err := c.Create(ctx, cl); err != nil {
+			return fmt.Errorf("failed to create the fixture Cluster %s: %w", cl.Name, err)
+		}
+	}
+	return nil
+}
+
+// Builders: each starts from an object the API server accepts (see
+// TestValidObjectsAreAccepted) and changes it.
+
+func cluster(change func(*infrav1.ContainerCluster)) client.Object {
+	c := validCluster("")
+	change(c)
+	return c
+}
+
+func clusterTemplate(change func(*infrav1.ContainerClusterSpec)) client.Object {
+	t := &infrav1.ContainerClusterTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault},
+		Spec:       infrav1.ContainerClusterTemplateSpec{Template: infrav1.ContainerClusterTemplateResource{Spec: validCluster("").Spec}},
+	}
+	change(&t.Spec.Template.Spec)
+	return t
+}
+
+func machine(change func(*infrav1.ContainerMachine)) client.Object {
+	m := validMachine("")
+	change(m)
+	return m
+}
+
+func machineTemplate(change func(*infrav1.ContainerMachineSpec)) client.Object {
+	t := validMachineTemplate("")
+	change(&t.Spec.Template.Spec)
+	return t
+}
+
+func pool(change func(*infrav1.ContainerMachineSpec)) client.Object {
+	p := validPool("")
+	change(&p.Spec.Template)
+	return p
+}
+
+func poolTemplate(change func(*infrav1.ContainerMachineSpec)) client.Object {
+	t := &expinfrav1.ContainerMachinePoolTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault},
+		Spec: expinfrav1.ContainerMachinePoolTemplateSpec{Template: expinfrav1.ContainerMachinePoolTemplateResource{
+			Spec: validPool("").Spec,
+		}},
+	}
+	change(&t.Spec.Template.Spec.Template)
+	return t
+}
+
+func mount(containerPath, hostPath string) func(*infrav1.ContainerMachineSpec) {
+	return func(s *infrav1.ContainerMachineSpec) {
+		s.ExtraMounts = []infrav1.Mount{{ContainerPath: containerPath, HostPath: hostPath}}
+	}
+}
+
+func image(ref string) func(*infrav1.ContainerMachineSpec) {
+	return func(s *infrav1.ContainerMachineSpec) { s.Image = ref }
+}
+
+func machineSpec(change func(*infrav1.ContainerMachineSpec)) func(*infrav1.ContainerMachine) {
+	return func(m *infrav1.ContainerMachine) { change(&m.Spec) }
+}
+
+func inCluster(name string) func(*infrav1.ContainerMachine) {
+	return func(m *infrav1.ContainerMachine) {
+		m.Labels = map[string]string{clusterv1.ClusterNameLabel: name}
+	}
+}
+
+func network(name string, mode infrav1.NetworkMode) func(*infrav1.ContainerCluster) {
+	return func(c *infrav1.ContainerCluster) { c.Spec.Network.Name, c.Spec.Network.Mode = name, mode }
+}
+
+func quantity(s string) *resource.Quantity { return ptr.To(resource.MustParse(s)) }
+
+// hostileCase is one hostile or mistaken object and what becomes of it.
+type hostileCase struct {
+	kind  string
+	input string
+	// existing objects are created first (and deleted after).
+	existing []client.Object
+	// obj is created; with update set, it is created as given and then
+	// updated with update applied.
+	obj    client.Object
+	update func(client.Object)
+	// refused is the field path the API server's refusal must name; empty
+	// when the object is accepted.
+	refused string
+	// atLaunch says, for an accepted object, what reports the problem when
+	// CAPCT launches it.
+	atLaunch string
+}
+
+// hostileCases is the list docs/security.md shows as a table: keep the two
+// in step.
+func hostileCases() []hostileCase {
+	cp := func(s string) func(*infrav1.ContainerMachineSpec) { return mount(s, "/srv/capct/data") }
+	hp := func(s string) func(*infrav1.ContainerMachineSpec) { return mount("/data", s) }
+	return []hostileCase{
+		// ContainerCluster: the network and the endpoint.
+		{kind: "ContainerCluster", input: "Unmanaged network host (the host's network stack)",
+			obj: cluster(network("host", infrav1.NetworkUnmanaged)), refused: "spec.network.name"},
+		{kind: "ContainerCluster", input: "Unmanaged network bridge (the engine's default network)",
+			obj: cluster(network("bridge", infrav1.NetworkUnmanaged)), refused: "spec.network.name"},
+		{kind: "ContainerCluster", input: "Managed network named none",
+			obj: cluster(network("none", infrav1.NetworkManaged)), refused: "spec.network.name"},
+		{kind: "ContainerCluster", input: "Unmanaged network kind, not in --allowed-unmanaged-networks",
+			obj: cluster(network("kind", infrav1.NetworkUnmanaged)), refused: "spec.network.name"},
+		{kind: "ContainerCluster", input: "network container:victim-lb (another container's network namespace)",
+			obj: cluster(network("container:victim-lb", infrav1.NetworkUnmanaged)), refused: "spec.network.name"},
+		{kind: "ContainerCluster", input: "spec.network.name added after create",
+			obj:     cluster(func(c *infrav1.ContainerCluster) { c.Spec.Network = infrav1.NetworkSpec{} }),
+			update:  func(o client.Object) { o.(*infrav1.ContainerCluster).Spec.Network.Name = "capct-other" },
+			refused: "spec.network.name"},
+		{kind: "ContainerCluster", input: "spec.network removed after create",
+			obj:     cluster(network("shared", infrav1.NetworkUnmanaged)),
+			update:  func(o client.Object) { o.(*infrav1.ContainerCluster).Spec.Network = infrav1.NetworkSpec{} },
+			refused: "spec.network.mode"},
+		{kind: "ContainerCluster", input: "ipFamily changed from DualStack to IPv4 on a live cluster",
+			obj:     cluster(func(*infrav1.ContainerCluster) {}),
+			update:  func(o client.Object) { o.(*infrav1.ContainerCluster).Spec.Network.IPFamily = infrav1.IPv4Family },
+			refused: "spec.network.ipFamily"},
+		{kind: "ContainerCluster", input: "ipFamily added after create (the family was derived)",
+			obj:     cluster(func(c *infrav1.ContainerCluster) { c.Spec.Network = infrav1.NetworkSpec{} }),
+			update:  func(o client.Object) { o.(*infrav1.ContainerCluster).Spec.Network.IPFamily = infrav1.IPv6Family },
+			refused: "spec.network.ipFamily"},
+		{kind: "ContainerCluster", input: "controlPlaneEndpoint port 8443, which CAPCT does not serve",
+			obj: cluster(func(c *infrav1.ContainerCluster) {
+				c.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: "10.0.0.1", Port: 8443}
+			}), refused: "spec.controlPlaneEndpoint.port"},
+		{kind: "ContainerCluster", input: "load balancer image haproxy:latest, not under an allowed prefix",
+			obj:     cluster(func(c *infrav1.ContainerCluster) { c.Spec.LoadBalancer.Image = "haproxy:latest" }),
+			refused: "spec.loadBalancer.image"},
+		{kind: "ContainerCluster", input: "load balancer image Capct/HAProxy (not a reference)",
+			obj:     cluster(func(c *infrav1.ContainerCluster) { c.Spec.LoadBalancer.Image = "Capct/HAProxy" }),
+			refused: "spec.loadBalancer.image"},
+		{kind: "ContainerCluster", input: "101 failure domains",
+			obj: cluster(func(c *infrav1.ContainerCluster) {
+				c.Spec.FailureDomains = nil
+				for i := range 101 {
+					c.Spec.FailureDomains = append(c.Spec.FailureDomains, clusterv1.FailureDomain{Name: fmt.Sprintf("fd%d", i)})
+				}
+			}), refused: "spec.failureDomains"},
+		{kind: "Cluster", input: "pod CIDRs 172.16.0.0/12, around every network CAPCT derives",
+			obj: &clusterv1.Cluster{
+				ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault},
+				Spec: clusterv1.ClusterSpec{ClusterNetwork: clusterv1.ClusterNetwork{
+					Pods: clusterv1.NetworkRanges{CIDRBlocks: []string{"172.16.0.0/12"}},
+				}},
+			},
+			atLaunch: "policy.CheckPodCIDRs once the network's subnets are known: names spec.clusterNetwork.pods.cidrBlocks[i] and the network"},
+
+		// ContainerClusterTemplate: the same rules inside the template.
+		{kind: "ContainerClusterTemplate", input: "Unmanaged network host",
+			obj: clusterTemplate(func(s *infrav1.ContainerClusterSpec) {
+				s.Network.Name, s.Network.Mode = "host", infrav1.NetworkUnmanaged
+			}), refused: "spec.template.spec.network.name"},
+		{kind: "ContainerClusterTemplate", input: "load balancer image evil/haproxy:1",
+			obj:     clusterTemplate(func(s *infrav1.ContainerClusterSpec) { s.LoadBalancer.Image = "evil/haproxy:1" }),
+			refused: "spec.template.spec.loadBalancer.image"},
+		{kind: "ContainerClusterTemplate", input: "controlPlaneEndpoint port 443",
+			obj: clusterTemplate(func(s *infrav1.ContainerClusterSpec) {
+				s.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: "api.example.com", Port: 443}
+			}), refused: "spec.template.spec.controlPlaneEndpoint.port"},
+
+		// ContainerMachine: resources.
+		{kind: "ContainerMachine", input: "cpus 1m, below the engine's 0.01",
+			obj:     machine(func(m *infrav1.ContainerMachine) { m.Spec.Resources.CPUs = quantity("1m") }),
+			refused: "spec.resources.cpus"},
+		{kind: "ContainerMachine", input: "cpus 2000",
+			obj:     machine(func(m *infrav1.ContainerMachine) { m.Spec.Resources.CPUs = quantity("2000") }),
+			refused: "spec.resources.cpus"},
+		{kind: "ContainerMachine", input: "memory 256Mi, too little for a node",
+			obj:     machine(func(m *infrav1.ContainerMachine) { m.Spec.Resources.Memory = quantity("256Mi") }),
+			refused: "spec.resources.memory"},
+		{kind: "ContainerMachine", input: "memory 2Ti",
+			obj:     machine(func(m *infrav1.ContainerMachine) { m.Spec.Resources.Memory = quantity("2Ti") }),
+			refused: "spec.resources.memory"},
+
+		// ContainerMachine: mounts.
+		{kind: "ContainerMachine", input: "mount onto /",
+			obj: machine(machineSpec(cp("/"))), refused: "spec.extraMounts[0].containerPath"},
+		{kind: "ContainerMachine", input: "mount onto /var/ (the node's volume)",
+			obj: machine(machineSpec(cp("/var/"))), refused: "spec.extraMounts[0].containerPath"},
+		{kind: "ContainerMachine", input: "mount onto /var/lib/kubelet/pods",
+			obj: machine(machineSpec(cp("/var/lib/kubelet/pods"))), refused: "spec.extraMounts[0].containerPath"},
+		{kind: "ContainerMachine", input: "mount onto /run/cluster-api (would fake the bootstrap sentinel)",
+			obj: machine(machineSpec(cp("/run/cluster-api"))), refused: "spec.extraMounts[0].containerPath"},
+		{kind: "ContainerMachine", input: "mount onto /lib/modules",
+			obj: machine(machineSpec(cp("/lib/modules"))), refused: "spec.extraMounts[0].containerPath"},
+		{kind: "ContainerMachine", input: "container path /data:Z (relabels the host directory)",
+			obj: machine(machineSpec(cp("/data:Z"))), refused: "spec.extraMounts[0].containerPath"},
+		{kind: "ContainerMachine", input: "host path /srv/capct:/etc (a second bind in one)",
+			obj: machine(machineSpec(hp("/srv/capct:/etc"))), refused: "spec.extraMounts[0].hostPath"},
+		{kind: "ContainerMachine", input: "host path / (the host's root)",
+			obj: machine(machineSpec(hp("/"))), refused: "spec.extraMounts[0].hostPath"},
+		{kind: "ContainerMachine", input: "host path /var/run/docker.sock (the engine)",
+			obj: machine(machineSpec(hp("/var/run/docker.sock"))), refused: "spec.extraMounts[0].hostPath"},
+		{kind: "ContainerMachine", input: "host path /tmp/../etc (escapes the allowed prefix)",
+			obj: machine(machineSpec(hp("/tmp/../etc"))), refused: "spec.extraMounts[0].hostPath"},
+		{kind: "ContainerMachine", input: "33 mounts",
+			obj: machine(func(m *infrav1.ContainerMachine) {
+				m.Spec.ExtraMounts = nil
+				for i := range 33 {
+					m.Spec.ExtraMounts = append(m.Spec.ExtraMounts, infrav1.Mount{ContainerPath: fmt.Sprintf("/d%d", i), HostPath: "/tmp"})
+				}
+			}), refused: "spec.extraMounts"},
+		{kind: "ContainerMachine", input: "host path under an allowed prefix that does not exist",
+			obj:      machine(machineSpec(hp("/srv/capct/missing"))),
+			atLaunch: "nothing refuses it: the engine creates the missing directory (bind mounts), under the allowed prefix only"},
+		{kind: "ContainerMachine", input: "mount added by an update onto /etc",
+			obj: machine(func(*infrav1.ContainerMachine) {}),
+			update: func(o client.Object) {
+				m := o.(*infrav1.ContainerMachine)
+				m.Spec.ExtraMounts = append(m.Spec.ExtraMounts, infrav1.Mount{ContainerPath: "/etc", HostPath: "/tmp"})
+			}, refused: "spec.extraMounts[1].containerPath"},
+
+		// ContainerMachine: images.
+		{kind: "ContainerMachine", input: "image evil.example.com/node:1, not under an allowed prefix",
+			obj: machine(machineSpec(image("evil.example.com/node:1"))), refused: "spec.image"},
+		{kind: "ContainerMachine", input: "image capct.evil.com/node:1 (a registry named like the prefix)",
+			obj: machine(machineSpec(image("capct.evil.com/node:1"))), refused: "spec.image"},
+		{kind: "ContainerMachine", input: "image capct/Node:v1 (uppercase: not a reference)",
+			obj: machine(machineSpec(image("capct/Node:v1"))), refused: "spec.image"},
+		{kind: "ContainerMachine", input: "preloaded image busybox, not under an allowed prefix",
+			obj:     machine(machineSpec(func(s *infrav1.ContainerMachineSpec) { s.PreLoadImages = []string{"capct/ok:1", "busybox"} })),
+			refused: "spec.preLoadImages[1]"},
+		{kind: "ContainerMachine", input: "preloaded image --all (an option, not a reference)",
+			obj:     machine(machineSpec(func(s *infrav1.ContainerMachineSpec) { s.PreLoadImages = []string{"--all"} })),
+			refused: "spec.preLoadImages[0]"},
+		{kind: "ContainerMachine", input: "preloaded image added by an update",
+			obj:     machine(func(*infrav1.ContainerMachine) {}),
+			update:  func(o client.Object) { o.(*infrav1.ContainerMachine).Spec.PreLoadImages = []string{"evil/tool:1"} },
+			refused: "spec.preLoadImages[0]"},
+		{kind: "ContainerMachine", input: "image allowed but not on the container host",
+			obj:      machine(machineSpec(image("capct/node:v0.0.0-missing"))),
+			atLaunch: "policy.MissingImages before create: a non-terminal condition naming spec.image (CAPCT never pulls)"},
+
+		// ContainerMachine: identity and count.
+		{kind: "ContainerMachine", input: "providerID preset on create",
+			obj:     machine(func(m *infrav1.ContainerMachine) { m.Spec.ProviderID = "container:///demo-control-plane-abcde" }),
+			refused: "spec.providerID"},
+		{kind: "ContainerMachine", input: "providerID preset on create in a running cluster",
+			obj: machine(func(m *infrav1.ContainerMachine) {
+				inCluster(cappedCluster)(m)
+				m.Spec.ProviderID = "container:///victim-cp-0"
+			}), refused: "spec.providerID"},
+		{kind: "ContainerMachine", input: "providerID preset on create while the Cluster is paused (clusterctl move)",
+			obj: machine(func(m *infrav1.ContainerMachine) {
+				inCluster(pausedCluster)(m)
+				m.Spec.ProviderID = "container:///moving-md-0-abcde"
+			}), atLaunch: "adopted as the moved machine's container"},
+		{kind: "ContainerMachine", input: "a 4th machine with --max-machines-per-cluster=3",
+			existing: []client.Object{
+				machine(inCluster(cappedCluster)), machine(inCluster(cappedCluster)), machine(inCluster(cappedCluster)),
+			},
+			obj: machine(inCluster(cappedCluster)), refused: "metadata.labels[cluster.x-k8s.io/cluster-name]"},
+		{kind: "ContainerMachine", input: "a 253-character name with dots (too long and invalid for a hostname)",
+			obj: machine(func(m *infrav1.ContainerMachine) {
+				m.Name = strings.Repeat("a.", 126) + "b"
+			}), atLaunch: "internal/naming makes the container name a valid hostname: sanitized, shortened, with a hash"},
+
+		// ContainerMachineTemplate: the machine rules inside the template.
+		{kind: "ContainerMachineTemplate", input: "mount onto /etc/kubernetes",
+			obj:     machineTemplate(mount("/etc/kubernetes", "/srv/capct/pki")),
+			refused: "spec.template.spec.extraMounts[0].containerPath"},
+		{kind: "ContainerMachineTemplate", input: "host path /etc/shadow",
+			obj:     machineTemplate(mount("/data", "/etc/shadow")),
+			refused: "spec.template.spec.extraMounts[0].hostPath"},
+		{kind: "ContainerMachineTemplate", input: "image kindest/node:v1.35.0, another repository of an allowed owner",
+			obj:     machineTemplate(image("kindest/node:v1.35.0")),
+			refused: "spec.template.spec.image"},
+		{kind: "ContainerMachineTemplate", input: "cpus 0.001",
+			obj:     machineTemplate(func(s *infrav1.ContainerMachineSpec) { s.Resources.CPUs = quantity("0.001") }),
+			refused: "spec.template.spec.resources.cpus"},
+
+		// ContainerMachinePool and its template.
+		{kind: "ContainerMachinePool", input: "mount onto /proc/sys",
+			obj: pool(mount("/proc/sys", "/srv/capct/x")), refused: "spec.template.extraMounts[0].containerPath"},
+		{kind: "ContainerMachinePool", input: "host path /root",
+			obj: pool(mount("/data", "/root")), refused: "spec.template.extraMounts[0].hostPath"},
+		{kind: "ContainerMachinePool", input: "preloaded image evil/miner:1",
+			obj:     pool(func(s *infrav1.ContainerMachineSpec) { s.PreLoadImages = []string{"evil/miner:1"} }),
+			refused: "spec.template.preLoadImages[0]"},
+		{kind: "ContainerMachinePool", input: "memory 100Mi",
+			obj:     pool(func(s *infrav1.ContainerMachineSpec) { s.Resources.Memory = quantity("100Mi") }),
+			refused: "spec.template.resources.memory"},
+		{kind: "ContainerMachinePoolTemplate", input: "image evil/node:1",
+			obj: poolTemplate(image("evil/node:1")), refused: "spec.template.spec.template.image"},
+		{kind: "ContainerMachinePoolTemplate", input: "mount onto /usr",
+			obj: poolTemplate(mount("/usr", "/srv/capct/usr")), refused: "spec.template.spec.template.extraMounts[0].containerPath"},
+	}
+}
+
+// TestHostileInputs sends each hostile or mistaken object of hostileCases
+// to a real API server with CAPCT's CRDs and webhooks: each is refused with
+// an error that names the field, or accepted when only the launch can judge
+// it. A panic in a webhook would fail the request, and so the row.
+func TestHostileInputs(t *testing.T) {
+	testCases := hostileCases()
+	if len(testCases) < 40 {
+		t.Fatalf("the table must hold at least 40 hostile inputs, it holds %d", len(testCases))
+	}
+	ctx := context.Background()
+	create := func(t *testing.T, obj client.Object) error {
+		err := env.Client.Create(ctx, obj)
+		if err == nil {
+			t.Cleanup(func() { _ = env.Client.Delete(ctx, obj) })
+		}
+		return err
+	}
+	for i, tc := range testCases {
+		t.Run(tc.kind+": "+tc.input, func(t *testing.T) {
+			for j, obj := range tc.existing {
+				obj.SetName(fmt.Sprintf("hostile-%d-existing-%d", i, j))
+				if err := create(t, obj); err != nil {
+					t.Fatalf("failed to create an existing object: %v", err)
+				}
+			}
+			obj := tc.obj
+			if obj.GetName() == "" {
+				obj.SetName(fmt.Sprintf("hostile-%d", i))
+			}
+			err := create(t, obj)
+			if tc.update != nil {
+				if err != nil {
+					t.Fatalf("failed to create the object to update: %v", err)
+				}
+				tc.update(obj)
+				err = env.Client.Update(ctx, obj)
+			}
+			if tc.refused == "" {
+				if err != nil {
+					t.Fatalf("want accepted (%s), got %v", tc.atLaunch, err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("the API server accepted it; want a refusal naming %s", tc.refused)
+			}
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("want an Invalid error naming %s, got %v", tc.refused, err)
+			}
+			if !namesField(err.Error(), tc.refused) {
+				t.Fatalf("the error does not name %s: %v", tc.refused, err)
+			}
+		})
+	}
+}
+
+// namesField reports whether msg names the field path exactly: as
+// "path:" or "path " or at the end, so that spec.extraMounts[1] does not
+// pass for spec.extraMounts[1].hostPath or the other way round.
+func namesField(msg, path string) bool {
+	for rest := msg; ; {
+		i := strings.Index(rest, path)
+		if i < 0 {
+			return false
+		}
+		after := rest[i+len(path):]
+		if after == "" || after[0] == ':' || after[0] == ' ' || after[0] == ',' {
+			return true
+		}
+		rest = after
+	}
+}

@@ -1,0 +1,169 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/annotations"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/policy"
+)
+
+// invalid turns field errors into the API server's Invalid answer, which
+// kubectl prints with each field's path.
+func invalid(gk schema.GroupKind, name string, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(gk, name, errs)
+}
+
+// containerClusterValidator applies the policy to a ContainerCluster's
+// network and load-balancer image.
+type containerClusterValidator struct {
+	policy *policy.Policy
+}
+
+var _ admission.Validator[*infrav1.ContainerCluster] = &containerClusterValidator{}
+
+func (v *containerClusterValidator) ValidateCreate(_ context.Context, c *infrav1.ContainerCluster) (admission.Warnings, error) {
+	return nil, invalid(infrav1.GroupVersion.WithKind("ContainerCluster").GroupKind(), c.Name,
+		v.policy.ClusterSpec(field.NewPath("spec"), &c.Spec, nil))
+}
+
+// ValidateUpdate checks only what changed, and nothing of an object being
+// deleted, so that a tightened policy never blocks a deletion.
+func (v *containerClusterValidator) ValidateUpdate(_ context.Context, old, c *infrav1.ContainerCluster) (admission.Warnings, error) {
+	if !c.DeletionTimestamp.IsZero() {
+		return nil, nil
+	}
+	return nil, invalid(infrav1.GroupVersion.WithKind("ContainerCluster").GroupKind(), c.Name,
+		v.policy.ClusterSpec(field.NewPath("spec"), &c.Spec, &old.Spec))
+}
+
+func (v *containerClusterValidator) ValidateDelete(context.Context, *infrav1.ContainerCluster) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// containerMachineValidator applies the policy to a ContainerMachine, and
+// on create refuses a preset providerID and a machine beyond the cluster's
+// cap. Both need the API: reader reads it uncached, so that a burst of
+// creates (a scale-up, a clusterctl move) sees every machine and the Cluster
+// created a moment before.
+type containerMachineValidator struct {
+	policy *policy.Policy
+	reader client.Reader
+}
+
+var _ admission.Validator[*infrav1.ContainerMachine] = &containerMachineValidator{}
+
+func (v *containerMachineValidator) ValidateCreate(ctx context.Context, m *infrav1.ContainerMachine) (admission.Warnings, error) {
+	errs := v.policy.MachineSpec(field.NewPath("spec"), &m.Spec, nil)
+	cluster, err := v.cluster(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	if m.Spec.ProviderID != "" && (cluster == nil || !annotations.IsPaused(cluster, m)) {
+		// CAPCT derives the provider ID from the container it made; a preset
+		// one could claim another machine's Node. clusterctl move creates
+		// machines with theirs while the Cluster is paused.
+		errs = append(errs, field.Forbidden(field.NewPath("spec", "providerID"),
+			"is set by CAPCT once the container runs; only clusterctl move, with the Cluster paused, creates a ContainerMachine that has one"))
+	}
+	if cluster != nil && v.policy.MaxMachinesPerCluster > 0 {
+		n, err := v.machines(ctx, m)
+		if err != nil {
+			return nil, err
+		}
+		errs = add(errs, v.policy.MachineCount(field.NewPath("metadata", "labels").Key(clusterv1.ClusterNameLabel), cluster.Name, n))
+	}
+	return nil, invalid(infrav1.GroupVersion.WithKind("ContainerMachine").GroupKind(), m.Name, errs)
+}
+
+func (v *containerMachineValidator) ValidateUpdate(_ context.Context, old, m *infrav1.ContainerMachine) (admission.Warnings, error) {
+	if !m.DeletionTimestamp.IsZero() {
+		return nil, nil
+	}
+	return nil, invalid(infrav1.GroupVersion.WithKind("ContainerMachine").GroupKind(), m.Name,
+		v.policy.MachineSpec(field.NewPath("spec"), &m.Spec, &old.Spec))
+}
+
+func (v *containerMachineValidator) ValidateDelete(context.Context, *infrav1.ContainerMachine) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// cluster returns the machine's Cluster, or nil when the machine names none
+// or it does not exist yet.
+func (v *containerMachineValidator) cluster(ctx context.Context, m *infrav1.ContainerMachine) (*clusterv1.Cluster, error) {
+	name := m.Labels[clusterv1.ClusterNameLabel]
+	if name == "" {
+		return nil, nil
+	}
+	cluster := &clusterv1.Cluster{}
+	if err := v.reader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: name}, cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, apierrors.NewInternalError(fmt.Errorf("failed to get Cluster %s/%s of ContainerMachine %s: %w", m.Namespace, name, m.Name, err))
+	}
+	return cluster, nil
+}
+
+// machines counts the ContainerMachines of m's cluster that are not being
+// deleted.
+func (v *containerMachineValidator) machines(ctx context.Context, m *infrav1.ContainerMachine) (int, error) {
+	list := &infrav1.ContainerMachineList{}
+	if err := v.reader.List(ctx, list, client.InNamespace(m.Namespace),
+		client.MatchingLabels{clusterv1.ClusterNameLabel: m.Labels[clusterv1.ClusterNameLabel]}); err != nil {
+		return 0, apierrors.NewInternalError(fmt.Errorf("failed to list the ContainerMachines of Cluster %s/%s: %w",
+			m.Namespace, m.Labels[clusterv1.ClusterNameLabel], err))
+	}
+	n := 0
+	for i := range list.Items {
+		if list.Items[i].DeletionTimestamp.IsZero() {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// containerMachinePoolValidator applies the policy to the machine spec of a
+// ContainerMachinePool. Its machines are ContainerMachines and meet the
+// machine validator as well.
+type containerMachinePoolValidator struct {
+	policy *policy.Policy
+}
+
+var _ admission.Validator[*expinfrav1.ContainerMachinePool] = &containerMachinePoolValidator{}
+
+func (v *containerMachinePoolValidator) ValidateCreate(_ context.Context, p *expinfrav1.ContainerMachinePool) (admission.Warnings, error) {
+	return nil, invalid(expinfrav1.GroupVersion.WithKind("ContainerMachinePool").GroupKind(), p.Name,
+		v.policy.MachineSpec(field.NewPath("spec", "template"), &p.Spec.Template, nil))
+}
+
+func (v *containerMachinePoolValidator) ValidateUpdate(_ context.Context, old, p *expinfrav1.ContainerMachinePool) (admission.Warnings, error) {
+	if !p.DeletionTimestamp.IsZero() {
+		return nil, nil
+	}
+	return nil, invalid(expinfrav1.GroupVersion.WithKind("ContainerMachinePool").GroupKind(), p.Name,
+		v.policy.MachineSpec(field.NewPath("spec", "template"), &p.Spec.Template, &old.Spec.Template))
+}
+
+func (v *containerMachinePoolValidator) ValidateDelete(context.Context, *expinfrav1.ContainerMachinePool) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func add(errs field.ErrorList, err *field.Error) field.ErrorList {
+	if err == nil {
+		return errs
+	}
+	return append(errs, err)
+}
