@@ -660,11 +660,16 @@ func (r *Runtime) LoadImage(ctx context.Context, tarball io.Reader) error {
 
 // ---- events ----
 
-// Events implements container.Runtime. Stream errors are retried with an
-// exponential backoff (100ms doubling to 5s) timed by the injected clock,
-// resuming from the last event seen so nothing in between is lost.
+// Events implements container.Runtime. Stream errors (the engine stopping
+// or restarting among them) are retried with an exponential backoff (100ms
+// doubling to 5s) timed by the injected clock, resuming from the last event
+// seen, or from the moment the stream first opened when none was, so that
+// the events in between are not lost as long as the engine still holds them
+// (a restarted engine holds those since its start: the restarts of
+// containers under their restart policies).
 func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (<-chan container.Event, error) {
-	// Fail fast when the engine is not there at all.
+	// Fail fast when the engine is not there at all; container.WatchEvents
+	// retries.
 	if _, err := r.cli.Ping(ctx); err != nil {
 		return nil, wrap("watch", "events", fmt.Sprint(labelSelector), err)
 	}
@@ -674,6 +679,7 @@ func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (
 		f.Add("event", string(a))
 	}
 	out := make(chan container.Event, 64)
+	opened := r.clock.Now()
 	since := ""
 	go func() {
 		defer close(out)
@@ -717,6 +723,9 @@ func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (
 			cancel()
 			if ctx.Err() != nil {
 				return
+			}
+			if since == "" {
+				since = fmt.Sprintf("%d.%09d", opened.Unix(), opened.Nanosecond())
 			}
 			t := r.clock.NewTimer(backoff)
 			select {
