@@ -377,6 +377,9 @@ func (r *Runtime) Inspect(ctx context.Context, name string) (*container.Machine,
 	}
 	if ci.State != nil {
 		m.State = container.MachineState(ci.State.Status)
+		// The engine reports a container that never started with the zero
+		// time of its own, which parses to a year-1 time: zero enough.
+		m.Started, _ = time.Parse(time.RFC3339Nano, ci.State.StartedAt)
 	}
 	m.Created, _ = time.Parse(time.RFC3339Nano, ci.Created)
 	if ci.HostConfig != nil {
