@@ -2,6 +2,7 @@ package containermachine_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"sync"
 	"testing"
@@ -60,6 +61,12 @@ func TestMain(m *testing.M) {
 func setup(ctx context.Context) error {
 	mgr := env.Manager
 	runtime = fake.New(nil)
+	// The engine is away when the manager starts: both controllers' event
+	// streams must open once it answers (the tests that wait on events
+	// depend on it), and the manager must not stop.
+	for range 2 {
+		runtime.FailNext(fake.OpEvents, container.NewError("watch", "events", "", container.KindUnreachable, errors.New("connection refused")))
+	}
 	clusterCache, err := capi.SetupCore(ctx, mgr)
 	if err != nil {
 		return err
