@@ -77,11 +77,13 @@ func (l *Launch) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, e
 		setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionFalse, reason, msg)
 		return ctrl.Result{}, nil
 	}
-	if waiting, err := l.waitForCapacity(ctx, s, now); err != nil || waiting {
-		if container.IsUnreachable(err) {
-			return l.engineAway(s, now, err)
-		}
-		return ctrl.Result{RequeueAfter: capacityRecheck}, err
+	switch waiting, err := l.waitForCapacity(ctx, s, now); {
+	case container.IsUnreachable(err):
+		return l.engineAway(s, now, err)
+	case err != nil:
+		return ctrl.Result{}, err
+	case waiting:
+		return ctrl.Result{RequeueAfter: capacityRecheck}, nil
 	}
 	if !conditions.IsUnknown(cm, infrav1.LaunchedCondition) || conditions.Get(cm, infrav1.LaunchedCondition) == nil {
 		// Unknown marks the start of the launch: its transition time is
