@@ -37,7 +37,9 @@ import (
 	"github.com/capct/cluster-api-provider-container/controllers"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
 	expcontrollers "github.com/capct/cluster-api-provider-container/exp/controllers"
+	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
+	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
 	"github.com/capct/cluster-api-provider-container/internal/webhooks"
@@ -70,6 +72,10 @@ type options struct {
 	gracefulShutdownTimeout   time.Duration
 	containerRuntimeAPITimout time.Duration
 	policy                    policy.Policy
+	hostCapacityCheck         bool
+	hostCapacityReserve       map[string]int64
+	controlPlaneNodeCost      map[string]int64
+	workerNodeCost            map[string]int64
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
@@ -115,7 +121,17 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.gracefulShutdownTimeout, "graceful-shutdown-timeout", 30*time.Second,
 		"How long the manager waits for reconciles to finish on shutdown.")
 	fs.DurationVar(&o.containerRuntimeAPITimout, "container-runtime-timeout", 30*time.Second,
-		"Bound on each call to the container runtime, so that a stuck engine cannot hold a worker.")
+		"Bound on each call to the container runtime, so that a stuck engine cannot hold a worker. "+
+			"A call it cuts off counts as the engine being unreachable, which never fails a machine. 0 leaves calls unbounded.")
+	fs.BoolVar(&o.hostCapacityCheck, "host-capacity-check", true,
+		"Hold a machine's launch, without failing it, while the container host's kernel limits (read from the manager's /proc/sys) "+
+			"leave no room for another node. Turn it off when the manager does not run on the container engine's host.")
+	fs.StringToInt64Var(&o.hostCapacityReserve, "host-capacity-reserve", hostcapacity.DefaultReserve,
+		"Use of each host limit that CAPCT does not create (the host's services, a management cluster on the same host), by sysctl.")
+	fs.StringToInt64Var(&o.controlPlaneNodeCost, "control-plane-node-cost", hostcapacity.DefaultCosts[container.RoleControlPlane],
+		"What one control-plane node container consumes of each host limit, by sysctl; measured on capct/node (docs/lifecycle.md).")
+	fs.StringToInt64Var(&o.workerNodeCost, "worker-node-cost", hostcapacity.DefaultCosts[container.RoleWorker],
+		"What one worker node container consumes of each host limit, by sysctl; measured on capct/node (docs/lifecycle.md).")
 	o.policy.AddFlags(fs)
 	flags.AddManagerOptions(fs, &o.managerOptions)
 	feature.MutableGates.AddFlag(fs)
@@ -249,9 +265,23 @@ func setupChecks(mgr ctrl.Manager) error {
 // setupReconcilers registers CAPCT's controllers. The MachinePool controller
 // runs only behind its feature gate, as in Cluster API.
 func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
-	runtime, err := docker.New()
+	engine, err := docker.New()
 	if err != nil {
 		return fmt.Errorf("failed to create the Docker runtime client: %w", err)
+	}
+	// Every controller reaches the engine through this bound.
+	runtime := container.WithCallTimeout(engine, o.containerRuntimeAPITimout)
+	var capacity *hostcapacity.Gate
+	if o.hostCapacityCheck {
+		capacity = &hostcapacity.Gate{
+			Runtime: runtime,
+			Limits:  hostcapacity.ProcSys{},
+			Costs: hostcapacity.Costs{
+				container.RoleControlPlane: o.controlPlaneNodeCost,
+				container.RoleWorker:       o.workerNodeCost,
+			},
+			Reserve: o.hostCapacityReserve,
+		}
 	}
 	secretCachingClient, err := client.New(mgr.GetConfig(), client.Options{
 		HTTPClient: mgr.GetHTTPClient(),
@@ -286,7 +316,7 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	}
 	if err := (&controllers.ContainerMachineReconciler{
 		Client: mgr.GetClient(), Runtime: runtime, ClusterCache: clusterCache, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM,
-		MachinePools: feature.Gates.Enabled(feature.MachinePool),
+		MachinePools: feature.Gates.Enabled(feature.MachinePool), HostCapacity: capacity,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}

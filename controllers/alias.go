@@ -15,6 +15,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
+	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 )
 
@@ -61,6 +62,9 @@ type ContainerMachineReconciler struct {
 	// MachinePools makes the controller watch MachinePools for their
 	// machines' bootstrap data; set it when the MachinePool gate is on.
 	MachinePools bool
+	// HostCapacity holds launches while the container host's limits leave
+	// no room for another node; nil admits every launch.
+	HostCapacity *hostcapacity.Gate
 }
 
 // SetupWithManager sets up the reconciler with the manager.
@@ -75,6 +79,9 @@ func (r *ContainerMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 	}
 	if r.NodeIPAM != nil {
 		rec.PodCIDRs = r.NodeIPAM
+	}
+	if r.HostCapacity != nil {
+		rec.HostCapacity = r.HostCapacity
 	}
 	return rec.SetupWithManager(ctx, mgr, options)
 }

@@ -13,8 +13,16 @@ const (
 	// container exist and the control-plane endpoint is set.
 	LoadBalancerAvailableCondition = "LoadBalancerAvailable"
 
-	// LaunchedCondition: the machine's container exists and runs.
+	// LaunchedCondition: the machine's container was created and started.
+	// It stays True while the container exists, running or not; it turns
+	// False for good (ContainerMissing) when the container is gone.
 	LaunchedCondition = "Launched"
+	// ContainerRunningCondition: the launched machine's container runs now.
+	// It turns False at once when the container stops or restarts (or the
+	// engine cannot be reached), without failing the machine, and True again
+	// once the container runs and, for an initialized machine, its Node has
+	// reported Ready since.
+	ContainerRunningCondition = "ContainerRunning"
 	// BootstrappedCondition: the bootstrap data ran to its sentinel file.
 	BootstrappedCondition = "Bootstrapped"
 	// RegisteredCondition: a Node with the machine's providerID exists.
@@ -77,4 +85,22 @@ const (
 	DeletingReason = "Deleting"
 	// DisabledReason: the feature is turned off.
 	DisabledReason = "Disabled"
+
+	// RunningReason: the machine's container runs.
+	RunningReason = "Running"
+	// StoppedReason: the machine's container exists but does not run
+	// (exited, created, paused or dead). The engine's restart policy or a
+	// person may start it again; CAPCT reports it and waits.
+	StoppedReason = "Stopped"
+	// RestartingReason: the engine is restarting the machine's container
+	// under its restart policy.
+	RestartingReason = "Restarting"
+	// EngineUnreachableReason: the container engine did not answer, so the
+	// container's state is not known. It never counts toward a timeout.
+	EngineUnreachableReason = "EngineUnreachable"
+	// WaitingForHostCapacityReason: the container host's kernel limits
+	// (for example fs.inotify.max_user_instances) have no room for another
+	// node; the machine waits, without failing, until they are raised or
+	// another node goes.
+	WaitingForHostCapacityReason = "WaitingForHostCapacity"
 )

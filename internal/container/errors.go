@@ -17,7 +17,8 @@ const (
 	// this caller (foreign labels), or the engine reported a conflict.
 	KindConflict
 	// KindUnreachable: the engine could not be reached (socket missing,
-	// connection refused).
+	// connection refused) or did not answer within the bound of
+	// WithCallTimeout.
 	KindUnreachable
 	// KindTransient: a failure worth retrying as is.
 	KindTransient
@@ -99,7 +100,9 @@ func IsNotFound(err error) bool { return KindOf(err) == KindNotFound }
 // other owners, or the engine reported a conflict.
 func IsConflict(err error) bool { return KindOf(err) == KindConflict }
 
-// IsUnreachable reports whether err says the engine could not be reached.
+// IsUnreachable reports whether err says the engine could not be reached or
+// did not answer in time. Callers treat it as the engine being away for a
+// while: it never counts toward a terminal timeout.
 func IsUnreachable(err error) bool { return KindOf(err) == KindUnreachable }
 
 // IsTransient reports whether err is worth retrying as is. An unreachable

@@ -271,6 +271,10 @@ type Machine struct {
 	Ports []PortBinding
 	// Created is when the container was created.
 	Created time.Time
+	// Started is when the container last started (zero if it never did). A
+	// node that has not reported to its API server since then has not come
+	// back from a restart yet.
+	Started time.Time
 }
 
 // HostPort returns the host port published for containerPort/tcp, or 0.

@@ -42,9 +42,12 @@ var terminalReasons = map[string]bool{
 	infrav1.BootstrapFailedReason:  true,
 }
 
-// phaseConditions are the lifecycle conditions in the order the phases run.
+// phaseConditions are the conditions Ready summarises, in the order the
+// phases set them. ContainerRunning follows Launched: once launched, a
+// machine whose container does not run is not Ready whatever it reached.
 var phaseConditions = []string{
 	infrav1.LaunchedCondition,
+	infrav1.ContainerRunningCondition,
 	infrav1.BootstrappedCondition,
 	infrav1.RegisteredCondition,
 	infrav1.InitializedCondition,

@@ -11,6 +11,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
@@ -24,6 +25,13 @@ const (
 	LaunchTimeout = 5 * time.Minute
 	// launchRetry is how soon a failed launch is tried again.
 	launchRetry = 10 * time.Second
+	// containerRecheck is how soon a machine whose container does not run,
+	// or whose engine does not answer, looks again. The container's start
+	// event usually wakes it sooner.
+	containerRecheck = 10 * time.Second
+	// capacityRecheck is how soon a machine waiting for host capacity
+	// looks again, so that it carries on by itself once a limit is raised.
+	capacityRecheck = 15 * time.Second
 	// apiServerPort is where kubeadm's API servers listen inside a node.
 	apiServerPort = 6443
 )
@@ -31,9 +39,12 @@ const (
 // Launch creates and starts the machine's container once its Machine, the
 // cluster's infrastructure and the bootstrap data are there. The container
 // name is derived from the machine, so a launch interrupted by a crash is
-// adopted, not repeated. It also notices a container that went away: such a
-// machine is reported, not silently recreated, because recreating hid real
-// failures from CAPD's users.
+// adopted, not repeated. Before creating it, it waits for room on the host
+// (see HostCapacity). Afterwards it reports whether the container runs
+// (ContainerRunning): a stopped or restarting container makes the machine
+// not Ready without failing it, and only a container that is gone fails it
+// for good. Such a machine is reported, not silently recreated, because
+// recreating hid real failures from CAPD's users.
 type Launch struct{ *Deps }
 
 // Reconcile implements Phase.
@@ -48,6 +59,8 @@ func (l *Launch) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, e
 	switch {
 	case err == nil:
 		return l.observe(ctx, s, existing, now)
+	case container.IsUnreachable(err):
+		return l.engineAway(s, now, err)
 	case !container.IsNotFound(err):
 		return ctrl.Result{}, fmt.Errorf("failed to inspect the container of ContainerMachine %s/%s: %w", cm.Namespace, cm.Name, err)
 	}
@@ -55,6 +68,7 @@ func (l *Launch) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, e
 	if conditions.IsTrue(cm, infrav1.LaunchedCondition) {
 		msg := fmt.Sprintf("Container %s disappeared; CAPCT does not recreate it, delete the Machine to replace it", s.ContainerName())
 		setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.ContainerMissingReason, msg)
+		setCondition(cm, now, infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.ContainerMissingReason, msg)
 		l.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.ContainerMissingReason, msg)
 		return ctrl.Result{}, nil
 	}
@@ -62,6 +76,14 @@ func (l *Launch) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, e
 	if reason, msg := waitingFor(s); reason != "" {
 		setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionFalse, reason, msg)
 		return ctrl.Result{}, nil
+	}
+	switch waiting, err := l.waitForCapacity(ctx, s, now); {
+	case container.IsUnreachable(err):
+		return l.engineAway(s, now, err)
+	case err != nil:
+		return ctrl.Result{}, err
+	case waiting:
+		return ctrl.Result{RequeueAfter: capacityRecheck}, nil
 	}
 	if !conditions.IsUnknown(cm, infrav1.LaunchedCondition) || conditions.Get(cm, infrav1.LaunchedCondition) == nil {
 		// Unknown marks the start of the launch: its transition time is
@@ -83,6 +105,30 @@ func waitingFor(s *MachineScope) (reason, message string) {
 		return infrav1.WaitingForBootstrapDataReason, "Waiting for the bootstrap provider to write the bootstrap data"
 	}
 	return "", ""
+}
+
+// waitForCapacity holds the launch, without failing it, while the host's
+// limits leave no room for another node, and tells the ContainerCluster
+// once. The launch timeout does not count while it waits: Launched is
+// False, not Unknown.
+func (l *Launch) waitForCapacity(ctx context.Context, s *MachineScope, now time.Time) (bool, error) {
+	if l.HostCapacity == nil {
+		return false, nil
+	}
+	cm := s.ContainerMachine
+	d, err := l.HostCapacity.Admit(ctx, client.ObjectKeyFromObject(s.ContainerCluster), s.ContainerName(), s.Role())
+	if err != nil {
+		return false, fmt.Errorf("failed to check the host's capacity for ContainerMachine %s/%s: %w", cm.Namespace, cm.Name, err)
+	}
+	if d.Shortfall == nil {
+		return false, nil
+	}
+	msg := d.Shortfall.Message()
+	setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.WaitingForHostCapacityReason, msg)
+	if d.Announce {
+		l.Recorder.Event(s.ContainerCluster, corev1.EventTypeWarning, infrav1.WaitingForHostCapacityReason, msg)
+	}
+	return true, nil
 }
 
 func (l *Launch) create(ctx context.Context, s *MachineScope, now time.Time) (ctrl.Result, error) {
@@ -122,7 +168,11 @@ func (l *Launch) create(ctx context.Context, s *MachineScope, now time.Time) (ct
 }
 
 // failed records a failed attempt; past LaunchTimeout the failure is final.
+// An engine that is away is not the launch failing (see engineAway).
 func (l *Launch) failed(s *MachineScope, now time.Time, err error) (ctrl.Result, error) {
+	if container.IsUnreachable(err) {
+		return l.engineAway(s, now, err)
+	}
 	cm := s.ContainerMachine
 	l.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.LaunchFailedReason, err.Error())
 	if elapsed, ok := since(cm, now, infrav1.LaunchedCondition); ok && elapsed >= LaunchTimeout {
@@ -137,9 +187,29 @@ func (l *Launch) failed(s *MachineScope, now time.Time, err error) (ctrl.Result,
 	return ctrl.Result{RequeueAfter: launchRetry}, nil
 }
 
+// engineAway records that the engine did not answer. That never fails the
+// machine and never counts toward a timeout: a launch in progress turns
+// Launched False, so that LaunchTimeout counts again from the next attempt
+// (Launched Unknown) once the engine answers, and a launched machine turns
+// ContainerRunning False until its container is seen running again. The
+// machine looks again soon instead of returning the error, which would back
+// off for minutes while the engine is away.
+func (l *Launch) engineAway(s *MachineScope, now time.Time, err error) (ctrl.Result, error) {
+	cm := s.ContainerMachine
+	msg := fmt.Sprintf("The container engine does not answer: %v", err)
+	if conditions.IsTrue(cm, infrav1.LaunchedCondition) {
+		setCondition(cm, now, infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.EngineUnreachableReason, msg)
+	} else {
+		setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.EngineUnreachableReason, msg)
+	}
+	return ctrl.Result{RequeueAfter: containerRecheck}, nil
+}
+
 // observe records a container that exists. A container that was created but
-// never started (a crash between the two calls) is started; one that ran and
-// stopped is reported.
+// never started (a crash between the two calls) is started. One that ran
+// and stopped is reported, not started: the engine's restart policy or a
+// person decides whether it runs again, and its start event brings the
+// machine back here within seconds.
 func (l *Launch) observe(ctx context.Context, s *MachineScope, m *container.Machine, now time.Time) (ctrl.Result, error) {
 	cm := s.ContainerMachine
 	if !s.Owner().Owns(m.Labels) {
@@ -147,10 +217,12 @@ func (l *Launch) observe(ctx context.Context, s *MachineScope, m *container.Mach
 	}
 	if m.State != container.StateRunning {
 		if conditions.IsTrue(cm, infrav1.LaunchedCondition) {
-			msg := fmt.Sprintf("Container %s is %s", m.Name, m.State)
-			setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.ContainerMissingReason, msg)
-			l.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.ContainerMissingReason, msg)
-			return ctrl.Result{}, nil
+			reason, msg := notRunning(m)
+			if conditions.IsTrue(cm, infrav1.ContainerRunningCondition) {
+				l.Recorder.Event(cm, corev1.EventTypeWarning, reason, msg)
+			}
+			setCondition(cm, now, infrav1.ContainerRunningCondition, metav1.ConditionFalse, reason, msg)
+			return ctrl.Result{RequeueAfter: containerRecheck}, nil
 		}
 		if err := l.Runtime.Start(ctx, m.Name, s.Owner()); err != nil {
 			return l.failed(s, now, fmt.Errorf("failed to start container %s: %w", m.Name, err))
@@ -163,7 +235,20 @@ func (l *Launch) observe(ctx context.Context, s *MachineScope, m *container.Mach
 		setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
 		launchDuration.Observe(now.Sub(cm.CreationTimestamp.Time).Seconds())
 	}
+	// Once the Node is initialized, whether the machine is back after a
+	// stop also depends on the Node: Liveness decides then.
+	if !conditions.IsTrue(cm, infrav1.InitializedCondition) {
+		setCondition(cm, now, infrav1.ContainerRunningCondition, metav1.ConditionTrue, infrav1.RunningReason, "")
+	}
 	return ctrl.Result{}, nil
+}
+
+// notRunning names the state of a container that exists but does not run.
+func notRunning(m *container.Machine) (reason, message string) {
+	if m.State == container.StateRestarting {
+		return infrav1.RestartingReason, fmt.Sprintf("Container %s is restarting under its restart policy", m.Name)
+	}
+	return infrav1.StoppedReason, fmt.Sprintf("Container %s is %s; CAPCT does not start it again, its restart policy or a person does", m.Name, m.State)
 }
 
 // Addresses are a machine's addresses: its hostname and one InternalIP per

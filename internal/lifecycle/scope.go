@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -12,6 +13,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
@@ -35,6 +37,17 @@ type Deps struct {
 	Bootstraps *BootstrapRunner
 	// PodCIDRs assigns node pod CIDRs; nil when node IPAM is off.
 	PodCIDRs PodCIDRAssigner
+	// HostCapacity admits node containers onto the container host; nil
+	// admits every one.
+	HostCapacity HostCapacity
+}
+
+// HostCapacity admits node containers onto the container host while its
+// kernel limits leave room (hostcapacity.Gate).
+type HostCapacity interface {
+	// Admit decides whether the node container name of role, for the
+	// cluster whose ContainerCluster is cluster, may be created now.
+	Admit(ctx context.Context, cluster types.NamespacedName, name string, role container.Role) (hostcapacity.Decision, error)
 }
 
 // PodCIDRAssigner is the node IPAM hook of the Initialization phase.

@@ -427,6 +427,9 @@ func (r *Runtime) Inspect(ctx context.Context, name string) (*container.Machine,
 	}
 	if ci.State != nil {
 		m.State = container.MachineState(ci.State.Status)
+		// The engine reports a container that never started with the zero
+		// time of its own, which parses to a year-1 time: zero enough.
+		m.Started, _ = time.Parse(time.RFC3339Nano, ci.State.StartedAt)
 	}
 	m.Created, _ = time.Parse(time.RFC3339Nano, ci.Created)
 	if ci.HostConfig != nil {
@@ -739,11 +742,16 @@ func (r *Runtime) LoadImage(ctx context.Context, tarball io.Reader) error {
 
 // ---- events ----
 
-// Events implements container.Runtime. Stream errors are retried with an
-// exponential backoff (100ms doubling to 5s) timed by the injected clock,
-// resuming from the last event seen so nothing in between is lost.
+// Events implements container.Runtime. Stream errors (the engine stopping
+// or restarting among them) are retried with an exponential backoff (100ms
+// doubling to 5s) timed by the injected clock, resuming from the last event
+// seen, or from the moment the stream first opened when none was, so that
+// the events in between are not lost as long as the engine still holds them
+// (a restarted engine holds those since its start: the restarts of
+// containers under their restart policies).
 func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (<-chan container.Event, error) {
-	// Fail fast when the engine is not there at all.
+	// Fail fast when the engine is not there at all; container.WatchEvents
+	// retries.
 	if _, err := r.cli.Ping(ctx); err != nil {
 		return nil, wrap("watch", "events", fmt.Sprint(labelSelector), err)
 	}
@@ -753,6 +761,7 @@ func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (
 		f.Add("event", string(a))
 	}
 	out := make(chan container.Event, 64)
+	opened := r.clock.Now()
 	since := ""
 	go func() {
 		defer close(out)
@@ -796,6 +805,9 @@ func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (
 			cancel()
 			if ctx.Err() != nil {
 				return
+			}
+			if since == "" {
+				since = fmt.Sprintf("%d.%09d", opened.Unix(), opened.Nanosecond())
 			}
 			t := r.clock.NewTimer(backoff)
 			select {

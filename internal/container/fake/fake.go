@@ -392,6 +392,7 @@ func (r *Runtime) Start(ctx context.Context, name string, owner container.Owner)
 		c.m.Ports = append(c.m.Ports, container.PortBinding{ContainerPort: p.ContainerPort, Protocol: proto, HostIP: ip, HostPort: hp})
 	}
 	c.m.State = container.StateRunning
+	c.m.Started = r.clock.Now()
 	r.emitLocked(container.EventStart, c)
 	return nil
 }

@@ -333,6 +333,23 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, ima
 				t.Fatalf("state %v, %v", got, err)
 			}
 		}},
+		{"RestartMovesStarted", func(t *testing.T, e *Env) {
+			m := e.Running(t, "restart")
+			ctx := Ctx(t)
+			if m.Started.IsZero() || m.Started.Before(m.Created) {
+				t.Fatalf("started %v, created %v", m.Started, m.Created)
+			}
+			if err := e.RT.Stop(ctx, m.Name, e.Owns("restart"), 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.RT.Start(ctx, m.Name, e.Owns("restart")); err != nil {
+				t.Fatal(err)
+			}
+			again, err := e.RT.Inspect(ctx, m.Name)
+			if err != nil || !again.Started.After(m.Started) {
+				t.Fatalf("after a restart: started %v (first %v), %v", again.Started, m.Started, err)
+			}
+		}},
 		{"ListByLabelsReturnsOnlyOwned", func(t *testing.T, e *Env) {
 			ctx := Ctx(t)
 			other := NewEnv(t, e.RT, e.Image, container.IPv4)

@@ -25,8 +25,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
@@ -45,6 +48,10 @@ const (
 	// deletionPoll is how often a deleting cluster looks again for machines
 	// that are still there.
 	deletionPoll = 2 * time.Second
+	// engineRetry is how soon a cluster looks again while the container
+	// engine does not answer. Returning the error instead would back off
+	// for minutes, long after the engine is back.
+	engineRetry = 10 * time.Second
 )
 
 // RouteSyncer programs the routes between a cluster's node containers.
@@ -75,6 +82,9 @@ type Reconciler struct {
 
 	recorder record.EventRecorder
 	lb       *loadbalancer.LoadBalancer
+	// wakeups carries container events into the work queue, as Clusters
+	// whose ContainerCluster to reconcile.
+	wakeups chan event.GenericEvent
 }
 
 // SetupWithManager wires the controller.
@@ -87,6 +97,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	r.recorder = mgr.GetEventRecorderFor("containercluster-controller")
 	r.lb = &loadbalancer.LoadBalancer{Client: r.Client, Runtime: r.Runtime}
+	r.wakeups = make(chan event.GenericEvent, 1024)
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		r.pumpContainerEvents(ctx)
+		return nil
+	})); err != nil {
+		return fmt.Errorf("failed to add the container event stream: %w", err)
+	}
 	log := ctrl.LoggerFrom(ctx)
 	err := ctrl.NewControllerManagedBy(mgr).
 		For(&infrav1.ContainerCluster{}).
@@ -97,6 +114,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		// Control-plane machines come, get addresses and go: each change may
 		// change the load balancer's backends.
 		Watches(&infrav1.ContainerMachine{}, handler.EnqueueRequestsFromMapFunc(r.controlPlaneMachineToCluster)).
+		// A container of the cluster that starts (again) has lost what lived
+		// only in its memory; a load balancer that stops must run again.
+		WatchesRawSource(source.Channel(r.wakeups, handler.EnqueueRequestsFromMapFunc(r.wokenClusterToContainerCluster))).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("failed to set up the ContainerCluster controller: %w", err)
@@ -145,16 +165,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 	}()
 
+	var res ctrl.Result
 	if !cc.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, cluster, cc)
+		res, err = r.reconcileDelete(ctx, cluster, cc)
+	} else {
+		if cc.Spec.ClusterID == "" {
+			// The ID that labels the cluster's containers is recorded before
+			// any is made, and kept from then on: clusterctl move carries it,
+			// while the Cluster's UID changes.
+			cc.Spec.ClusterID = string(cluster.UID)
+		}
+		res, err = r.reconcileNormal(ctx, cluster, cc)
 	}
-	if cc.Spec.ClusterID == "" {
-		// The ID that labels the cluster's containers is recorded before any
-		// is made, and kept from then on: clusterctl move carries it, while
-		// the Cluster's UID changes.
-		cc.Spec.ClusterID = string(cluster.UID)
+	if container.IsUnreachable(err) {
+		// LoadBalancerAvailable carries the error; the engine being away is
+		// waiting, not failing.
+		ctrl.LoggerFrom(ctx).V(2).Info("The container engine does not answer; looking again soon", "err", err.Error())
+		return ctrl.Result{RequeueAfter: engineRetry}, nil
 	}
-	return r.reconcileNormal(ctx, cluster, cc)
+	return res, err
 }
 
 func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (ctrl.Result, error) {
@@ -306,6 +335,60 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Clu
 	return ctrl.Result{}, nil
 }
 
+// pumpContainerEvents wakes a cluster's ContainerCluster when one of its
+// node containers starts, as after the engine restarted it: the routes and
+// masquerade rules of node IPAM live in the node's network namespace and
+// are gone, and a node that comes back on another address needs the
+// others' routes changed. The load balancer's start and stop wake it too,
+// so that a stopped load balancer is started again (Ensure) within seconds
+// rather than at the next periodic pass.
+func (r *Reconciler) pumpContainerEvents(ctx context.Context) {
+	log := ctrl.LoggerFrom(ctx)
+	container.WatchEvents(ctx, r.Runtime, nil, nil, func(ev container.Event) {
+		role := container.Role(ev.Labels[container.LabelRole])
+		ns, name := ev.Labels[container.LabelNamespace], ev.Labels[container.LabelCluster]
+		if ns == "" || name == "" || !wakesCluster(ev.Type, role) {
+			return
+		}
+		cluster := &clusterv1.Cluster{}
+		cluster.Namespace, cluster.Name = ns, name
+		// Never block the event stream: when the queue is backed up the
+		// wakeup is dropped, and the periodic pass comes soon enough.
+		select {
+		case r.wakeups <- event.GenericEvent{Object: cluster}:
+		default:
+		}
+	}, func(err error) {
+		log.Info("Container events are not available yet; retrying", "err", err.Error())
+	})
+}
+
+// wakesCluster reports whether a container event of role concerns its
+// cluster's infrastructure.
+func wakesCluster(t container.EventType, role container.Role) bool {
+	switch {
+	case role == container.RoleLoadBalancer:
+		return t == container.EventStart || t == container.EventDie
+	case role.IsNode():
+		return t == container.EventStart
+	}
+	return false
+}
+
+// wokenClusterToContainerCluster maps a Cluster woken by a container
+// event, known by its key only, to its ContainerCluster. Raw sources skip
+// the controller's event filter, so the watch filter is applied here.
+func (r *Reconciler) wokenClusterToContainerCluster(ctx context.Context, o client.Object) []reconcile.Request {
+	cluster := &clusterv1.Cluster{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(o), cluster); err != nil {
+		return nil
+	}
+	if r.WatchFilterValue != "" && cluster.Labels[clusterv1.WatchLabel] != r.WatchFilterValue {
+		return nil
+	}
+	return infrastructureRequest(cluster)
+}
+
 // controlPlaneMachineToCluster maps a control-plane ContainerMachine to its
 // ContainerCluster.
 func (r *Reconciler) controlPlaneMachineToCluster(ctx context.Context, o client.Object) []reconcile.Request {
@@ -320,6 +403,12 @@ func (r *Reconciler) controlPlaneMachineToCluster(ctx context.Context, o client.
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: clusterName}, cluster); err != nil {
 		return nil
 	}
+	return infrastructureRequest(cluster)
+}
+
+// infrastructureRequest is the reconcile of the Cluster's ContainerCluster,
+// if that is its infrastructure.
+func infrastructureRequest(cluster *clusterv1.Cluster) []reconcile.Request {
 	ref := cluster.Spec.InfrastructureRef
 	if ref.Kind != "ContainerCluster" || ref.Name == "" {
 		return nil

@@ -53,8 +53,17 @@ func newCluster(t *testing.T, g *WithT, ctx context.Context, name string) (*core
 // newMachine creates a control-plane Machine with bootstrap data and its
 // ContainerMachine.
 func newMachine(g *WithT, ctx context.Context, cluster *clusterv1.Cluster, name string) (*clusterv1.Machine, *infrav1.ContainerMachine) {
+	return newMachineOfRole(g, ctx, cluster, name, true)
+}
+
+// newMachineOfRole creates a Machine with bootstrap data and its
+// ContainerMachine, a control-plane one or a worker.
+func newMachineOfRole(g *WithT, ctx context.Context, cluster *clusterv1.Cluster, name string, controlPlane bool) (*clusterv1.Machine, *infrav1.ContainerMachine) {
 	ns := cluster.Namespace
-	labels := map[string]string{clusterv1.ClusterNameLabel: cluster.Name, clusterv1.MachineControlPlaneLabel: ""}
+	labels := map[string]string{clusterv1.ClusterNameLabel: cluster.Name}
+	if controlPlane {
+		labels[clusterv1.MachineControlPlaneLabel] = ""
+	}
 	g.Expect(env.Client.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-bootstrap", Labels: map[string]string{clusterv1.ClusterNameLabel: cluster.Name}},
 		Data:       map[string][]byte{"value": []byte(bootstrapData), "format": []byte("cloud-config")},
@@ -138,14 +147,7 @@ func TestMachineLifecycleWithClusterAPI(t *testing.T) {
 	}
 	g.Expect(env.Client.Create(ctx, node)).To(Succeed())
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, node) })
-	// CAPCT may already be patching the new Node: retry on conflict.
-	g.Eventually(func() error {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
-			return err
-		}
-		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-		return env.Client.Status().Update(ctx, node)
-	}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
+	reportNode(g, ctx, node.Name, corev1.ConditionTrue)
 
 	g.Eventually(func(g Gomega) {
 		get(g, ctx, node)
@@ -205,6 +207,10 @@ func TestMissingContainerIsSeenFromEvents(t *testing.T) {
 		c := conditions.Get(cm, infrav1.LaunchedCondition)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Reason).To(Equal(infrav1.ContainerMissingReason))
+		// Gone is the one terminal state of a launched container.
+		g.Expect(conditions.GetReason(cm, infrav1.ContainerRunningCondition)).To(Equal(infrav1.ContainerMissingReason))
+		g.Expect(conditions.GetReason(cm, infrav1.ReadyCondition)).To(Equal(infrav1.ContainerMissingReason))
+		g.Expect(cm.Status.Phase).To(Equal(infrav1.MachinePhaseFailed))
 	}, 5*time.Second, 50*time.Millisecond).Should(Succeed())
 	t.Logf("Missing container reported %s after its removal", time.Since(removed).Round(time.Millisecond))
 	_, err := runtime.Inspect(ctx, name)

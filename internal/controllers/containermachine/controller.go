@@ -62,6 +62,9 @@ type Reconciler struct {
 	// data their ContainerMachines run. Set it when the MachinePool feature
 	// gate is on (the MachinePool CRD must exist).
 	MachinePools bool
+	// HostCapacity holds launches while the container host's limits leave
+	// no room for another node; nil admits every launch.
+	HostCapacity lifecycle.HostCapacity
 
 	lifecycle   *lifecycle.Machine
 	termination *lifecycle.Termination
@@ -91,6 +94,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		WorkloadClient: r.WorkloadClient,
 		Bootstraps:     lifecycle.NewBootstrapRunner(ctx, r.wake),
 		PodCIDRs:       r.PodCIDRs,
+		HostCapacity:   r.HostCapacity,
 	}
 	r.lifecycle = lifecycle.NewMachine(deps)
 	r.termination = &lifecycle.Termination{
@@ -103,7 +107,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	if err != nil {
 		return fmt.Errorf("failed to create the Cluster to ContainerMachines mapper: %w", err)
 	}
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return r.pumpContainerEvents(ctx) })); err != nil {
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		r.pumpContainerEvents(ctx)
+		return nil
+	})); err != nil {
 		return fmt.Errorf("failed to add the container event stream: %w", err)
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
@@ -215,7 +222,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 // ownedConditions are the conditions this controller writes; the patch
 // helper merges only these, so other writers' conditions survive.
 var ownedConditions = []string{
-	infrav1.ReadyCondition, infrav1.LaunchedCondition, infrav1.BootstrappedCondition,
+	infrav1.ReadyCondition, infrav1.LaunchedCondition, infrav1.ContainerRunningCondition, infrav1.BootstrappedCondition,
 	infrav1.RegisteredCondition, infrav1.InitializedCondition, infrav1.PodCIDRAllocatedCondition,
 }
 
@@ -297,22 +304,22 @@ func (r *Reconciler) wake(key types.NamespacedName) {
 }
 
 // pumpContainerEvents turns the runtime's container events into
-// reconciles, so that a container removed out of band is noticed within
-// seconds instead of at the next resync.
-func (r *Reconciler) pumpContainerEvents(ctx context.Context) error {
-	events, err := r.Runtime.Events(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("failed to watch container events: %w", err)
-	}
-	for ev := range events {
+// reconciles of the machines they concern, so that a container that stops,
+// starts again or is removed out of band is noticed within seconds instead
+// of at the next resync. It runs until ctx ends: an engine that is away,
+// even when the manager starts, only delays it (container.WatchEvents).
+func (r *Reconciler) pumpContainerEvents(ctx context.Context) {
+	log := ctrl.LoggerFrom(ctx)
+	container.WatchEvents(ctx, r.Runtime, nil, nil, func(ev container.Event) {
 		role := container.Role(ev.Labels[container.LabelRole])
 		ns, name := ev.Labels[container.LabelNamespace], ev.Labels[container.LabelMachine]
 		if !role.IsNode() || ns == "" || name == "" {
-			continue
+			return
 		}
 		r.wake(types.NamespacedName{Namespace: ns, Name: name})
-	}
-	return nil
+	}, func(err error) {
+		log.Info("Container events are not available yet; retrying", "err", err.Error())
+	})
 }
 
 // lbSyncer syncs the load balancer in front of a machine's cluster.

@@ -2,14 +2,21 @@ package containermachine_test
 
 import (
 	"context"
+	"errors"
 	"os"
+	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/klog/v2"
+	clocktesting "k8s.io/utils/clock/testing"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
+	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/test/capi"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 )
@@ -23,6 +30,22 @@ import (
 var (
 	env     *envtest.Environment
 	runtime *fake.Runtime
+	// hostLimits are the host's limits as the capacity check reads them:
+	// out of the way unless a test lowers them.
+	hostLimits = &settableLimits{v: roomy}
+	// routes counts the route syncs of each cluster.
+	routes = &countingRoutes{calls: map[string]int{}}
+	// gateClock times how long the capacity check counts a node it
+	// admitted before the engine lists it.
+	gateClock = clocktesting.NewFakeClock(time.Now())
+)
+
+var (
+	roomy     = hostcapacity.Values{hostcapacity.InotifyInstances: 1 << 30}
+	nodeCosts = hostcapacity.Costs{
+		container.RoleControlPlane: {hostcapacity.InotifyInstances: 20},
+		container.RoleWorker:       {hostcapacity.InotifyInstances: 10},
+	}
 )
 
 func TestMain(m *testing.M) {
@@ -38,6 +61,12 @@ func TestMain(m *testing.M) {
 func setup(ctx context.Context) error {
 	mgr := env.Manager
 	runtime = fake.New(nil)
+	// The engine is away when the manager starts: both controllers' event
+	// streams must open once it answers (the tests that wait on events
+	// depend on it), and the manager must not stop.
+	for range 2 {
+		runtime.FailNext(fake.OpEvents, container.NewError("watch", "events", "", container.KindUnreachable, errors.New("connection refused")))
+	}
 	clusterCache, err := capi.SetupCore(ctx, mgr)
 	if err != nil {
 		return err
@@ -45,5 +74,45 @@ func setup(ctx context.Context) error {
 	// The envtest API server is the workload cluster; a direct client reads
 	// Nodes without waiting for a cache.
 	workload := func(context.Context, client.ObjectKey) (client.Client, error) { return env.Client, nil }
-	return capi.SetupProvider(ctx, mgr, runtime, clusterCache, workload)
+	gate := &hostcapacity.Gate{Runtime: runtime, Limits: hostLimits, Costs: nodeCosts, Clock: gateClock}
+	return capi.SetupProviderWith(ctx, mgr, runtime, clusterCache, workload, capi.ProviderOptions{HostCapacity: gate, Routes: routes})
+}
+
+// settableLimits are host limits a test changes.
+type settableLimits struct {
+	mu sync.Mutex
+	v  hostcapacity.Values
+}
+
+func (l *settableLimits) Read() (hostcapacity.Values, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.v, nil
+}
+
+func (l *settableLimits) set(v hostcapacity.Values) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.v = v
+}
+
+// countingRoutes stands for node IPAM's routes and counts the syncs.
+type countingRoutes struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (r *countingRoutes) SyncRoutes(_ context.Context, cluster *clusterv1.Cluster) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls[cluster.Namespace+"/"+cluster.Name]++
+	return nil
+}
+
+func (r *countingRoutes) ForgetCluster(*clusterv1.Cluster) {}
+
+func (r *countingRoutes) count(cluster *clusterv1.Cluster) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls[cluster.Namespace+"/"+cluster.Name]
 }

@@ -62,10 +62,26 @@ func SetupCore(ctx context.Context, mgr ctrl.Manager) (clustercache.ClusterCache
 // ClusterCache for reaching workload clusters (tests use the test API
 // server itself as the workload cluster).
 func SetupProvider(ctx context.Context, mgr ctrl.Manager, rt container.Runtime, clusterCache clustercache.ClusterCache, workload lifecycle.WorkloadClientFunc) error {
-	if err := (&containercluster.Reconciler{Client: mgr.GetClient(), Runtime: rt, OrphanGracePeriod: time.Nanosecond}).SetupWithManager(ctx, mgr, Options()); err != nil {
+	return SetupProviderWith(ctx, mgr, rt, clusterCache, workload, ProviderOptions{})
+}
+
+// ProviderOptions are the optional parts of the provider's reconcilers.
+type ProviderOptions struct {
+	// HostCapacity holds launches while the host has no room.
+	HostCapacity lifecycle.HostCapacity
+	// Routes is what the ContainerCluster controller syncs routes with.
+	Routes containercluster.RouteSyncer
+}
+
+// SetupProviderWith is SetupProvider with optional parts.
+func SetupProviderWith(ctx context.Context, mgr ctrl.Manager, rt container.Runtime, clusterCache clustercache.ClusterCache, workload lifecycle.WorkloadClientFunc, opts ProviderOptions) error {
+	if err := (&containercluster.Reconciler{
+		Client: mgr.GetClient(), Runtime: rt, OrphanGracePeriod: time.Nanosecond, Routes: opts.Routes,
+	}).SetupWithManager(ctx, mgr, Options()); err != nil {
 		return err
 	}
 	return (&containermachine.Reconciler{
 		Client: mgr.GetClient(), Runtime: rt, ClusterCache: clusterCache, WorkloadClient: workload, MachinePools: true,
+		HostCapacity: opts.HostCapacity,
 	}).SetupWithManager(ctx, mgr, Options())
 }

@@ -1,0 +1,169 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+// ImageTransferTimeout bounds SaveImages (until its archive is closed) and
+// LoadImage under WithCallTimeout. Their duration grows with the images'
+// size (a node image is about a gigabyte, and it goes through the engine
+// twice when preloaded), so the bound of an API round trip would cut them
+// off; ten minutes is room for a few gigabytes on a loaded small host.
+const ImageTransferTimeout = 10 * time.Minute
+
+// WithCallTimeout returns rt with every call bounded by d, so that an engine
+// that hangs cannot hold a reconcile worker. A call cut off by the bound
+// fails with an error for which IsUnreachable is true: to its caller an
+// engine that does not answer is an engine that is away.
+//
+// Exceptions, each because the call's own work is longer than a round trip:
+// Exec gets the longer of its ExecInput.Timeout and d; an Exec without a
+// timeout whose context already has a deadline (a bootstrap step under the
+// bootstrap timeout) keeps that deadline alone. SaveImages and LoadImage get
+// ImageTransferTimeout. Events is a stream that lives as long as its
+// context and is not bounded. A d of 0 or less returns rt unchanged.
+func WithCallTimeout(rt Runtime, d time.Duration) Runtime {
+	if d <= 0 {
+		return rt
+	}
+	return &boundedRuntime{rt: rt, bound: d}
+}
+
+type boundedRuntime struct {
+	rt    Runtime
+	bound time.Duration
+}
+
+var _ Runtime = (*boundedRuntime)(nil)
+
+// call runs fn under a context bounded by d and reclassifies its error when
+// the bound, not the caller's context, ended it.
+func call[T any](ctx context.Context, d time.Duration, fn func(context.Context) (T, error)) (T, error) {
+	bctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	v, err := fn(bctx)
+	return v, unanswered(ctx, bctx, d, err)
+}
+
+// unanswered turns an error caused by the bound's deadline into an
+// unreachable error. A command that outlived its own ExecInput.Timeout
+// stays a timeout error, and the caller's own cancellation stays as it is.
+func unanswered(ctx, bctx context.Context, d time.Duration, err error) error {
+	if err == nil || ctx.Err() != nil || !errors.Is(bctx.Err(), context.DeadlineExceeded) || IsTimeout(err) {
+		return err
+	}
+	cause := fmt.Errorf("the container engine did not answer within %s: %w", d, err)
+	var e *Error
+	if errors.As(err, &e) {
+		return &Error{Op: e.Op, Object: e.Object, Name: e.Name, Kind: KindUnreachable, Err: cause}
+	}
+	return &Error{Op: "call", Object: "container engine", Kind: KindUnreachable, Err: cause}
+}
+
+func noValue(fn func(context.Context) error) func(context.Context) (struct{}, error) {
+	return func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) }
+}
+
+func (b *boundedRuntime) EnsureNetwork(ctx context.Context, spec NetworkSpec) (Network, error) {
+	return call(ctx, b.bound, func(ctx context.Context) (Network, error) { return b.rt.EnsureNetwork(ctx, spec) })
+}
+
+func (b *boundedRuntime) InspectNetwork(ctx context.Context, name string) (Network, error) {
+	return call(ctx, b.bound, func(ctx context.Context) (Network, error) { return b.rt.InspectNetwork(ctx, name) })
+}
+
+func (b *boundedRuntime) DeleteNetwork(ctx context.Context, name string, owner Owner) error {
+	_, err := call(ctx, b.bound, noValue(func(ctx context.Context) error { return b.rt.DeleteNetwork(ctx, name, owner) }))
+	return err
+}
+
+func (b *boundedRuntime) CreateMachine(ctx context.Context, spec MachineSpec) (*Machine, error) {
+	return call(ctx, b.bound, func(ctx context.Context) (*Machine, error) { return b.rt.CreateMachine(ctx, spec) })
+}
+
+func (b *boundedRuntime) Start(ctx context.Context, name string, owner Owner) error {
+	_, err := call(ctx, b.bound, noValue(func(ctx context.Context) error { return b.rt.Start(ctx, name, owner) }))
+	return err
+}
+
+// Stop waits up to timeout for the container to end before the engine
+// kills it, so it gets that on top of the bound.
+func (b *boundedRuntime) Stop(ctx context.Context, name string, owner Owner, timeout time.Duration) error {
+	_, err := call(ctx, b.bound+max(timeout, 0), noValue(func(ctx context.Context) error { return b.rt.Stop(ctx, name, owner, timeout) }))
+	return err
+}
+
+func (b *boundedRuntime) Delete(ctx context.Context, name string, owner Owner) error {
+	_, err := call(ctx, b.bound, noValue(func(ctx context.Context) error { return b.rt.Delete(ctx, name, owner) }))
+	return err
+}
+
+func (b *boundedRuntime) Signal(ctx context.Context, name string, owner Owner, signal string) error {
+	_, err := call(ctx, b.bound, noValue(func(ctx context.Context) error { return b.rt.Signal(ctx, name, owner, signal) }))
+	return err
+}
+
+func (b *boundedRuntime) Inspect(ctx context.Context, name string) (*Machine, error) {
+	return call(ctx, b.bound, func(ctx context.Context) (*Machine, error) { return b.rt.Inspect(ctx, name) })
+}
+
+func (b *boundedRuntime) List(ctx context.Context, labelSelector map[string]string) ([]Machine, error) {
+	return call(ctx, b.bound, func(ctx context.Context) ([]Machine, error) { return b.rt.List(ctx, labelSelector) })
+}
+
+func (b *boundedRuntime) Exec(ctx context.Context, name string, owner Owner, in ExecInput) (ExecResult, error) {
+	if _, hasDeadline := ctx.Deadline(); in.Timeout <= 0 && hasDeadline {
+		return b.rt.Exec(ctx, name, owner, in)
+	}
+	return call(ctx, max(in.Timeout, b.bound), func(ctx context.Context) (ExecResult, error) { return b.rt.Exec(ctx, name, owner, in) })
+}
+
+func (b *boundedRuntime) WriteFile(ctx context.Context, name string, owner Owner, path string, content []byte, mode os.FileMode) error {
+	_, err := call(ctx, b.bound, noValue(func(ctx context.Context) error { return b.rt.WriteFile(ctx, name, owner, path, content, mode) }))
+	return err
+}
+
+func (b *boundedRuntime) ReadFile(ctx context.Context, name, path string) ([]byte, error) {
+	return call(ctx, b.bound, func(ctx context.Context) ([]byte, error) { return b.rt.ReadFile(ctx, name, path) })
+}
+
+func (b *boundedRuntime) ImageExists(ctx context.Context, ref string) (bool, error) {
+	return call(ctx, b.bound, func(ctx context.Context) (bool, error) { return b.rt.ImageExists(ctx, ref) })
+}
+
+// SaveImages keeps its bound until the archive is closed: the engine
+// streams the archive after the call returns.
+func (b *boundedRuntime) SaveImages(ctx context.Context, refs []string) (io.ReadCloser, error) {
+	bctx, cancel := context.WithTimeout(ctx, ImageTransferTimeout)
+	rc, err := b.rt.SaveImages(bctx, refs)
+	if err != nil {
+		defer cancel()
+		return nil, unanswered(ctx, bctx, ImageTransferTimeout, err)
+	}
+	return &cancelOnClose{ReadCloser: rc, cancel: cancel}, nil
+}
+
+func (b *boundedRuntime) LoadImage(ctx context.Context, tar io.Reader) error {
+	_, err := call(ctx, ImageTransferTimeout, noValue(func(ctx context.Context) error { return b.rt.LoadImage(ctx, tar) }))
+	return err
+}
+
+// Events is not bounded: it streams for as long as ctx lives.
+func (b *boundedRuntime) Events(ctx context.Context, labelSelector map[string]string) (<-chan Event, error) {
+	return b.rt.Events(ctx, labelSelector)
+}
+
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	defer c.cancel()
+	return c.ReadCloser.Close()
+}
