@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
@@ -27,12 +29,35 @@ func managedNetwork(t *testing.T, rt *fake.Runtime, family container.IPFamily) c
 	return n
 }
 
+// slowRuntime widens the window between reading the held addresses and
+// starting the container, and counts starts refused as in use: with the
+// launches serialised per network there are none.
+type slowRuntime struct {
+	*fake.Runtime
+	inUse atomic.Int32
+}
+
+func (r *slowRuntime) List(ctx context.Context, sel map[string]string) ([]container.Machine, error) {
+	ms, err := r.Runtime.List(ctx, sel)
+	time.Sleep(5 * time.Millisecond)
+	return ms, err
+}
+
+func (r *slowRuntime) Start(ctx context.Context, name string) error {
+	err := r.Runtime.Start(ctx, name)
+	if container.IsInUse(err) {
+		r.inUse.Add(1)
+	}
+	return err
+}
+
 func TestLaunchGivesEachMachineItsOwnStaticAddress(t *testing.T) {
 	for _, family := range []container.IPFamily{container.IPv4, container.IPv6, container.DualStack} {
 		t.Run(string(family), func(t *testing.T) {
 			rt := fake.New(nil)
 			n := managedNetwork(t, rt, family)
-			l := &nodeaddr.Launcher{Runtime: rt}
+			slow := &slowRuntime{Runtime: rt}
+			l := &nodeaddr.Launcher{Runtime: slow}
 			var wg sync.WaitGroup
 			errs := make(chan error, 8)
 			for i := range 8 {
@@ -73,6 +98,9 @@ func TestLaunchGivesEachMachineItsOwnStaticAddress(t *testing.T) {
 				if family.HasIPv6() && !m.StaticIPv6.IsValid() || !m.StaticIPv4.IsValid() {
 					t.Fatalf("%s lacks a static address: %v %v", m.Name, m.StaticIPv4, m.StaticIPv6)
 				}
+			}
+			if n := slow.inUse.Load(); n != 0 {
+				t.Fatalf("%d launches picked an address another launch was about to take", n)
 			}
 			want := 8
 			if family.HasIPv6() {
