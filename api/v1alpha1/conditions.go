@@ -10,7 +10,8 @@ const (
 	PausedCondition = "Paused"
 
 	// LoadBalancerAvailableCondition: the cluster's network and HAProxy
-	// container exist and the control-plane endpoint is set.
+	// container exist, the control-plane endpoint is set, and HAProxy runs
+	// the configuration CAPCT wrote.
 	LoadBalancerAvailableCondition = "LoadBalancerAvailable"
 
 	// LaunchedCondition: the machine's container was created and started.
@@ -103,4 +104,10 @@ const (
 	// node; the machine waits, without failing, until they are raised or
 	// another node goes.
 	WaitingForHostCapacityReason = "WaitingForHostCapacity"
+	// LoadBalancerConfigInvalidReason: HAProxy refused the rendered
+	// configuration (haproxy -c); the previous one keeps serving.
+	LoadBalancerConfigInvalidReason = "LoadBalancerConfigInvalid"
+	// LoadBalancerReloadFailedReason: after a reload HAProxy does not run
+	// the configuration CAPCT wrote, or cannot be asked which one it runs.
+	LoadBalancerReloadFailedReason = "LoadBalancerReloadFailed"
 )

@@ -29,6 +29,13 @@ const (
 	KindPoolOverlap
 	// KindInvalid: the caller passed an invalid argument.
 	KindInvalid
+	// KindInUse: a static address or a fixed host port that the container
+	// asks for is held by another one.
+	KindInUse
+	// KindStaticAddressUnsupported: the network does not take static
+	// addresses (Docker takes them only on networks whose subnet was
+	// configured by their creator).
+	KindStaticAddressUnsupported
 )
 
 func (k ErrorKind) String() string {
@@ -47,6 +54,10 @@ func (k ErrorKind) String() string {
 		return "PoolOverlap"
 	case KindInvalid:
 		return "Invalid"
+	case KindInUse:
+		return "InUse"
+	case KindStaticAddressUnsupported:
+		return "StaticAddressUnsupported"
 	default:
 		return "Unknown"
 	}
@@ -124,3 +135,12 @@ func IsPoolOverlap(err error) bool { return KindOf(err) == KindPoolOverlap }
 
 // IsInvalid reports whether err says the caller passed an invalid argument.
 func IsInvalid(err error) bool { return KindOf(err) == KindInvalid }
+
+// IsInUse reports whether err says a static address or a fixed host port is
+// held by another container. It is worth retrying with another address or
+// port, not as is.
+func IsInUse(err error) bool { return KindOf(err) == KindInUse }
+
+// IsStaticAddressUnsupported reports whether err says the network does not
+// take static addresses.
+func IsStaticAddressUnsupported(err error) bool { return KindOf(err) == KindStaticAddressUnsupported }

@@ -18,7 +18,8 @@ type Runtime interface {
 	// another owner is a conflict error.
 	EnsureNetwork(ctx context.Context, spec NetworkSpec) (Network, error)
 	// InspectNetwork returns the existing network name whoever owns it, for
-	// clusters that attach to a network they do not manage. A missing
+	// clusters that attach to a network they do not manage, with its
+	// endpoints (the addresses running containers hold on it). A missing
 	// network is a not-found error.
 	InspectNetwork(ctx context.Context, name string) (Network, error)
 	// DeleteNetwork removes the network if owner owns it; a network of
@@ -37,7 +38,8 @@ type Runtime interface {
 	// container's labels name another (see Owner.Owns).
 
 	// Start starts the container. Starting a running container is not an
-	// error.
+	// error. A static address or fixed host port held by another container
+	// is an error for which IsInUse is true.
 	Start(ctx context.Context, name string, owner Owner) error
 	// Stop stops the container, killing it after timeout. Stopping a
 	// stopped container is not an error.
@@ -126,6 +128,27 @@ type Network struct {
 	IPv4Subnet netip.Prefix
 	// IPv6Subnet is the IPv6 subnet, invalid if none.
 	IPv6Subnet netip.Prefix
+	// IPv4Gateway and IPv6Gateway are the bridge's addresses in each
+	// subnet, invalid if none.
+	IPv4Gateway, IPv6Gateway netip.Addr
+	// DynamicIPv4Range and DynamicIPv6Range are the parts of the subnets
+	// from which the engine hands out addresses to containers that ask for
+	// none; invalid means the whole subnet. Networks that EnsureNetwork
+	// creates reserve part of each subnet this way (see DynamicRange), so
+	// that static addresses CAPCT picks outside it are never given to
+	// another container.
+	DynamicIPv4Range, DynamicIPv6Range netip.Prefix
+	// Endpoints are the containers attached to the network that hold
+	// addresses now (running ones), whoever owns them, sorted by name.
+	Endpoints []Endpoint
+}
+
+// Endpoint is a container's attachment to a network.
+type Endpoint struct {
+	// Name of the container.
+	Name string
+	// IPv4 and IPv6 are its addresses on the network, invalid if none.
+	IPv4, IPv6 netip.Addr
 }
 
 // Role is what a machine container is for.
@@ -194,9 +217,19 @@ type MachineSpec struct {
 	// KindNode applies what a kind node image needs: seccomp and AppArmor
 	// unconfined, tmpfs on /run and /tmp, an anonymous volume on /var,
 	// /lib/modules bound read-only when the host has it, a private cgroup
-	// namespace, hostname = Name, restart policy on-failure:1 and, when
-	// IPFamily has IPv6, the IPv6 sysctls.
+	// namespace, hostname = Name and, when IPFamily has IPv6, the IPv6
+	// sysctls. It implies RestartUnlessStopped.
 	KindNode bool
+	// RestartPolicy says whether the engine restarts the container; empty
+	// means RestartUnlessStopped for KindNode and RestartNo otherwise.
+	RestartPolicy RestartPolicy
+	// StaticIPv4 and StaticIPv6 are the container's fixed addresses on
+	// Network, kept across restarts of the container and of the engine;
+	// invalid means the engine picks one at every start. The engine checks
+	// that an address is free only when the container starts: Start then
+	// fails with an error for which IsInUse is true, or, on a network
+	// whose subnet the engine chose itself, IsStaticAddressUnsupported.
+	StaticIPv4, StaticIPv6 netip.Addr
 	// IPFamily is the network's family; it decides the IPv6 sysctls.
 	IPFamily IPFamily
 	// ExtraMounts are bind mounts from the host.
@@ -212,6 +245,29 @@ type MachineSpec struct {
 	Entrypoint []string
 	// Cmd overrides the image's command when not nil.
 	Cmd []string
+}
+
+// RestartPolicy says whether the engine restarts a container.
+type RestartPolicy string
+
+const (
+	// RestartNo never restarts the container.
+	RestartNo RestartPolicy = "no"
+	// RestartUnlessStopped restarts the container whenever it exits and
+	// when the engine starts again, unless it was stopped through the
+	// engine (Stop).
+	RestartUnlessStopped RestartPolicy = "unless-stopped"
+)
+
+// EffectiveRestartPolicy resolves RestartPolicy with its default.
+func (s MachineSpec) EffectiveRestartPolicy() RestartPolicy {
+	if s.RestartPolicy != "" {
+		return s.RestartPolicy
+	}
+	if s.KindNode {
+		return RestartUnlessStopped
+	}
+	return RestartNo
 }
 
 // EffectivePrivileged resolves Privileged with its default.
@@ -267,8 +323,16 @@ type Machine struct {
 	IPv4 netip.Addr
 	// IPv6 is its IPv6 address on Network; invalid when it has none.
 	IPv6 netip.Addr
+	// StaticIPv4 and StaticIPv6 are the fixed addresses it was created
+	// with (MachineSpec.StaticIPv4/StaticIPv6), reported whether it runs or
+	// not; invalid when the engine picks its address.
+	StaticIPv4, StaticIPv6 netip.Addr
 	// Ports are the published ports (host side known once running).
 	Ports []PortBinding
+	// PortMappings are the ports as configured at create: HostPort 0 means
+	// the engine picks a host port at every start. Inspect reports them;
+	// List leaves them empty.
+	PortMappings []PortMapping
 	// Created is when the container was created.
 	Created time.Time
 	// Started is when the container last started (zero if it never did). A

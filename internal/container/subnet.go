@@ -36,3 +36,27 @@ func Subnets(name string, attempt int) (v4, v6 netip.Prefix) {
 // Gateway returns the first address of p, which the engines use as the
 // bridge's gateway.
 func Gateway(p netip.Prefix) netip.Addr { return p.Masked().Addr().Next() }
+
+// DynamicRange is the part of subnet p that EnsureNetwork leaves to the
+// engine's own address allocation: the upper half of an IPv4 subnet, and
+// the second quarter of an IPv6 one (Docker 20.10 cannot use an IPv6 range
+// that ends at the subnet's last address). The rest, from the lowest
+// address up, is for the static addresses CAPCT picks, so a container that
+// starts before CAPCT's after an engine restart cannot take one of them.
+// Subnets too small to split get no range (invalid).
+func DynamicRange(p netip.Prefix) netip.Prefix {
+	p = p.Masked()
+	size := p.Addr().BitLen()
+	if !p.IsValid() || size-p.Bits() < 3 {
+		return netip.Prefix{}
+	}
+	b := p.Addr().AsSlice()
+	// Set the first host bit: the upper half.
+	i := p.Bits()
+	b[i/8] |= 0x80 >> (i % 8)
+	a, _ := netip.AddrFromSlice(b)
+	if p.Addr().Is4() {
+		return netip.PrefixFrom(a, p.Bits()+1)
+	}
+	return netip.PrefixFrom(a, p.Bits()+2)
+}

@@ -17,6 +17,7 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
+	"github.com/capct/cluster-api-provider-container/internal/nodeaddr"
 )
 
 const (
@@ -32,8 +33,6 @@ const (
 	// capacityRecheck is how soon a machine waiting for host capacity
 	// looks again, so that it carries on by itself once a limit is raised.
 	capacityRecheck = 15 * time.Second
-	// apiServerPort is where kubeadm's API servers listen inside a node.
-	apiServerPort = 6443
 )
 
 // Launch creates and starts the machine's container once its Machine, the
@@ -150,22 +149,28 @@ func (l *Launch) create(ctx context.Context, s *MachineScope, now time.Time) (ct
 		ExtraMounts: mounts(cm.Spec.ExtraMounts),
 		Resources:   resources(cm.Spec.Resources),
 	}
-	if s.IsControlPlane() {
-		spec.PortMappings = []container.PortMapping{{ContainerPort: apiServerPort, HostIP: "127.0.0.1"}}
-	}
-	m, err := l.Runtime.CreateMachine(ctx, spec)
-	if err == nil {
-		err = l.Runtime.Start(ctx, spec.Name, s.Owner())
-	}
-	if err == nil {
-		m, err = l.Runtime.Inspect(ctx, spec.Name)
-	}
+	// Control-plane nodes publish no host port: one the engine picks
+	// changes at every restart, so nothing could rely on it, and clients
+	// reach the API servers through the load balancer's fixed port.
+	//
+	// The container gets static addresses (nodeaddr), so that it comes
+	// back on the address etcd and the API server advertise when the engine
+	// restarts it.
+	launched, err := (&nodeaddr.Launcher{Runtime: l.Runtime}).Launch(ctx, spec)
 	if err != nil {
 		return l.failed(s, now, fmt.Errorf("failed to launch container %s for ContainerMachine %s/%s: %w", spec.Name, cm.Namespace, cm.Name, err))
 	}
+	if launched.StaticFallback {
+		l.Recorder.Eventf(cm, corev1.EventTypeWarning, StaticAddressUnsupportedReason,
+			"Network %s takes no static addresses (its subnet was not configured when it was created), so container %s may come back on another address after a restart", spec.Network, spec.Name)
+	}
 	l.Recorder.Eventf(cm, corev1.EventTypeNormal, "Launched", "Launched container %s from %s", spec.Name, image)
-	return l.observe(ctx, s, m, now)
+	return l.observe(ctx, s, launched.Machine, now)
 }
+
+// StaticAddressUnsupportedReason is the reason of the warning event for a
+// container that could not get a static address.
+const StaticAddressUnsupportedReason = "StaticAddressUnsupported"
 
 // failed records a failed attempt; past LaunchTimeout the failure is final.
 // An engine that is away is not the launch failing (see engineAway).

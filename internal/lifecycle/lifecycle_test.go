@@ -182,8 +182,13 @@ func TestLaunchCreatesAndAdopts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("container c1-cp-0 was not created: %v", err)
 	}
-	if m.Image != "capct/node:v1.35.4" || m.HostPort(6443) == 0 || m.Labels[container.LabelNamespace] != "ns" {
-		t.Fatalf("unexpected container: image %s, API port %d, labels %v", m.Image, m.HostPort(6443), m.Labels)
+	// No host port: one the engine picks would change at every restart.
+	if m.Image != "capct/node:v1.35.4" || len(m.PortMappings) != 0 || m.Labels[container.LabelNamespace] != "ns" {
+		t.Fatalf("unexpected container: image %s, ports %v, labels %v", m.Image, m.PortMappings, m.Labels)
+	}
+	// A static address, so that the engine restarts it on the same one.
+	if !m.StaticIPv4.IsValid() || m.StaticIPv4 != m.IPv4 {
+		t.Fatalf("container runs on %s, static address %s", m.IPv4, m.StaticIPv4)
 	}
 	if got := s.ContainerMachine.Status.Addresses; len(got) != 2 || got[1].Address != m.IPv4.String() {
 		t.Fatalf("addresses not published at launch: %v", got)

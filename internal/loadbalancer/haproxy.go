@@ -20,6 +20,12 @@ const ConfigPath = "/usr/local/etc/haproxy/haproxy.cfg"
 // /healthz check, so that a member that is starting or leaving gets no
 // traffic. Servers with weight 0 are kept, so that their connections drain.
 //
+// Port 8404 serves HAProxy's statistics at /stats, which CAPCT reads to
+// confirm a reload (see SyncAndVerify), and GET /healthz, as the
+// capct/haproxy image's built-in configuration does, so that a health
+// check of the load balancer means the same before and after the first
+// reload.
+//
 // maxconn is 4000, not kind's 100000: HAProxy needs about two file
 // descriptors per connection and refuses to load a configuration whose
 // maxconn the container's open-files limit cannot hold. Containers inherit
@@ -45,6 +51,7 @@ frontend stats
   bind *:8404
   stats enable
   stats uri /stats
+  http-request return status 200 content-type text/plain string "ok" if { path /healthz }
 
 frontend control-plane
   bind *:{{ .FrontendPort }}

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"sort"
 
+	"k8s.io/utils/clock"
+
 	corev1 "k8s.io/api/core/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -14,6 +16,7 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
+	"github.com/capct/cluster-api-provider-container/internal/nodeaddr"
 )
 
 const (
@@ -45,43 +48,77 @@ func owner(cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) container.O
 type LoadBalancer struct {
 	Client  client.Client
 	Runtime container.Runtime
+	// Stats reads HAProxy's statistics to confirm a reload; nil means
+	// HTTPStats.
+	Stats StatsFunc
+	// Clock times the waits for a reload; nil means the real clock.
+	Clock clock.Clock
 }
 
 // Ensure creates and starts the load balancer container if needed and
 // returns it as the runtime reports it.
+//
+// Its address on the cluster network is static (nodeaddr), and so is its
+// published API port: the container is created with host port 0, and once
+// the engine has picked one it is replaced by the same container with that
+// port fixed. The load balancer holds no state, and its configuration
+// records the port, so the port survives engine restarts and clusterctl
+// move (containers stay where they are) without being read back from any
+// object's status. A load balancer made before ports were fixed keeps its
+// port and address the same way.
+//
+// The restart policy is unless-stopped, not kind's on-failure:1: the load
+// balancer must come back when the engine restarts, which on-failure does
+// not do, and after any crash, however many.
 func (lb *LoadBalancer) Ensure(ctx context.Context, spec Spec) (*container.Machine, error) {
 	name := naming.LoadBalancerName(spec.Cluster.Namespace, spec.Cluster.Name)
-	owner := owner(spec.Cluster, spec.ContainerCluster)
 	image := spec.Image
 	if image == "" {
 		image = DefaultImage
 	}
 	privileged := false
-	if _, err := lb.Runtime.CreateMachine(ctx, container.MachineSpec{
-		Name:         name,
-		Image:        image,
-		Network:      spec.Network,
-		Labels:       owner.Labels(),
-		Role:         container.RoleLoadBalancer,
-		Privileged:   &privileged,
-		IPFamily:     spec.IPFamily,
-		PortMappings: []container.PortMapping{{ContainerPort: APIServerPort, HostIP: "127.0.0.1"}},
-	}); err != nil {
-		return nil, fmt.Errorf("failed to create load balancer container %s: %w", name, err)
+	mspec := container.MachineSpec{
+		Name:          name,
+		Image:         image,
+		Network:       spec.Network,
+		Labels:        owner(spec.Cluster, spec.ContainerCluster).Labels(),
+		Role:          container.RoleLoadBalancer,
+		Privileged:    &privileged,
+		IPFamily:      spec.IPFamily,
+		RestartPolicy: container.RestartUnlessStopped,
+		PortMappings:  []container.PortMapping{{ContainerPort: APIServerPort, HostIP: "127.0.0.1"}},
 	}
-	m, err := lb.Runtime.Inspect(ctx, name)
+	launcher := &nodeaddr.Launcher{Runtime: lb.Runtime}
+	launched, err := launcher.Launch(ctx, mspec)
 	if err != nil {
-		return nil, fmt.Errorf("failed to inspect load balancer container %s: %w", name, err)
+		return nil, fmt.Errorf("failed to launch load balancer container %s: %w", name, err)
 	}
-	if m.State != container.StateRunning {
-		if err := lb.Runtime.Start(ctx, name, owner); err != nil {
-			return nil, fmt.Errorf("failed to start load balancer container %s: %w", name, err)
-		}
-		if m, err = lb.Runtime.Inspect(ctx, name); err != nil {
-			return nil, fmt.Errorf("failed to inspect load balancer container %s: %w", name, err)
+	m := launched.Machine
+	port := m.HostPort(APIServerPort)
+	if configuredHostPort(m) != 0 || port == 0 {
+		return m, nil
+	}
+	mspec.PortMappings[0].HostPort = port
+	mspec.StaticIPv4, mspec.StaticIPv6 = m.StaticIPv4, m.StaticIPv6
+	if !m.StaticIPv4.IsValid() && !m.StaticIPv6.IsValid() && !launched.StaticFallback {
+		// Made before addresses were static: keep the address it has.
+		mspec.StaticIPv4, mspec.StaticIPv6 = m.IPv4, m.IPv6
+	}
+	if launched, err = launcher.Replace(ctx, mspec); err != nil {
+		return nil, fmt.Errorf("failed to fix host port %d of load balancer container %s: %w", port, name, err)
+	}
+	return launched.Machine, nil
+}
+
+// configuredHostPort is the host port the container was created with for
+// the API server port; 0 means the engine picks one at every start.
+func configuredHostPort(m *container.Machine) int {
+	for _, p := range m.PortMappings {
+		if p.ContainerPort == APIServerPort && (p.Protocol == "" || p.Protocol == "tcp") {
+			return p.HostPort
 		}
 	}
-	return m, nil
+	return 0
 }
 
 // Delete removes the cluster's load-balancer container; a missing one is
@@ -95,19 +132,56 @@ func (lb *LoadBalancer) Delete(ctx context.Context, cluster *clusterv1.Cluster, 
 }
 
 // Sync renders the configuration for the cluster's control-plane machines
-// and, only when it differs from what the container has, writes it and
-// makes HAProxy reload it. It reports whether it reloaded.
+// and, only when it differs from what the container has, checks it with
+// HAProxy, writes it and makes HAProxy reload it. It reports whether it
+// reloaded. A configuration HAProxy refuses is never written: the previous
+// one keeps serving, and the error is a *ReloadError.
 func (lb *LoadBalancer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (bool, error) {
+	reloaded, _, err := lb.sync(ctx, cluster, cc)
+	return reloaded, err
+}
+
+// SyncAndVerify is Sync, then it confirms that HAProxy runs the wanted
+// configuration, reloading it again once when it does not (a reload the
+// previous pass signalled may have failed). When HAProxy still runs
+// another, the error is a *ReloadError and the previous configuration
+// keeps serving.
+func (lb *LoadBalancer) SyncAndVerify(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster, m *container.Machine) (bool, error) {
+	reloaded, marker, err := lb.sync(ctx, cluster, cc)
+	if err != nil {
+		return reloaded, err
+	}
+	loaded, err := lb.runs(ctx, m, marker, reloaded)
+	if (err != nil || !loaded) && !reloaded {
+		if err := lb.Runtime.Signal(ctx, m.Name, owner(cluster, cc), "SIGHUP"); err != nil {
+			return false, fmt.Errorf("failed to reload load balancer %s: %w", m.Name, err)
+		}
+		reloaded = true
+		loaded, err = lb.runs(ctx, m, marker, true)
+	}
+	if err != nil {
+		return reloaded, &ReloadError{Reason: infrav1.LoadBalancerReloadFailedReason,
+			Err: fmt.Errorf("failed to ask load balancer %s which configuration it runs: %w", m.Name, err)}
+	}
+	if !loaded {
+		return reloaded, &ReloadError{Reason: infrav1.LoadBalancerReloadFailedReason,
+			Err: fmt.Errorf("load balancer %s did not load its new configuration %s after a reload; the previous one keeps serving", m.Name, marker)}
+	}
+	return reloaded, nil
+}
+
+// sync does Sync's work and returns the marker of the wanted configuration.
+func (lb *LoadBalancer) sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (bool, string, error) {
 	name := naming.LoadBalancerName(cluster.Namespace, cluster.Name)
 	backends, err := lb.backends(ctx, cluster)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	custom, err := lb.customTemplate(ctx, cc)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
-	want, err := Render(custom, Config{
+	rendered, err := Render(custom, Config{
 		FrontendPort: APIServerPort,
 		BackendPort:  APIServerPort,
 		// The same derivation as the network's, so that a dual-stack
@@ -116,22 +190,26 @@ func (lb *LoadBalancer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc
 		Backends: backends,
 	})
 	if err != nil {
-		return false, err
+		return false, "", &ReloadError{Reason: infrav1.LoadBalancerConfigInvalidReason, Err: err}
 	}
+	want, marker := withMarker(rendered)
 	have, err := lb.Runtime.ReadFile(ctx, name, ConfigPath)
 	if err != nil && !container.IsNotFound(err) {
-		return false, fmt.Errorf("failed to read the configuration of load balancer %s: %w", name, err)
+		return false, "", fmt.Errorf("failed to read the configuration of load balancer %s: %w", name, err)
 	}
 	if bytes.Equal(have, want) {
-		return false, nil
+		return false, marker, nil
+	}
+	if err := lb.check(ctx, name, owner(cluster, cc), want); err != nil {
+		return false, "", err
 	}
 	if err := lb.Runtime.WriteFile(ctx, name, owner(cluster, cc), ConfigPath, want, 0o644); err != nil {
-		return false, fmt.Errorf("failed to write the configuration of load balancer %s: %w", name, err)
+		return false, "", fmt.Errorf("failed to write the configuration of load balancer %s: %w", name, err)
 	}
 	if err := lb.Runtime.Signal(ctx, name, owner(cluster, cc), "SIGHUP"); err != nil {
-		return false, fmt.Errorf("failed to reload load balancer %s: %w", name, err)
+		return false, "", fmt.Errorf("failed to reload load balancer %s: %w", name, err)
 	}
-	return true, nil
+	return true, marker, nil
 }
 
 // backends are the cluster's control-plane machines that have an address,

@@ -101,6 +101,12 @@ func wrap(op, object, name string, err error) error {
 
 func classify(err error) container.ErrorKind {
 	switch {
+	// The engine gives these the status codes of other kinds (forbidden,
+	// invalid argument): only the message tells them apart.
+	case isInUse(err):
+		return container.KindInUse
+	case strings.Contains(err.Error(), "user specified IP address is supported only"):
+		return container.KindStaticAddressUnsupported
 	case cerrdefs.IsNotFound(err):
 		return container.KindNotFound
 	case cerrdefs.IsConflict(err):
@@ -118,6 +124,14 @@ func classify(err error) container.ErrorKind {
 		return container.KindTransient
 	}
 	return container.KindUnknown
+}
+
+// isInUse recognises the engine's refusals of a static address ("Address
+// already in use") and of a fixed host port ("Bind for 127.0.0.1:32768
+// failed: port is already allocated"), which it reports at start.
+func isInUse(err error) bool {
+	m := strings.ToLower(err.Error())
+	return strings.Contains(m, "address already in use") || strings.Contains(m, "port is already allocated")
 }
 
 func isPoolOverlap(err error) bool {
@@ -148,12 +162,16 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 	for attempt := range container.MaxSubnetAttempts {
 		v4, v6 := container.Subnets(spec.Name, attempt)
 		ipam := &network.IPAM{Driver: "default"}
+		// The engine hands out addresses only from DynamicRange; the rest
+		// of each subnet is for the static addresses CAPCT picks.
 		if family.HasIPv4() {
-			ipam.Config = append(ipam.Config, network.IPAMConfig{Subnet: v4.String(), Gateway: container.Gateway(v4).String()})
+			ipam.Config = append(ipam.Config, network.IPAMConfig{Subnet: v4.String(), Gateway: container.Gateway(v4).String(),
+				IPRange: container.DynamicRange(v4).String()})
 		}
 		enable6 := family.HasIPv6()
 		if enable6 {
-			ipam.Config = append(ipam.Config, network.IPAMConfig{Subnet: v6.String(), Gateway: container.Gateway(v6).String()})
+			ipam.Config = append(ipam.Config, network.IPAMConfig{Subnet: v6.String(), Gateway: container.Gateway(v6).String(),
+				IPRange: container.DynamicRange(v6).String()})
 		}
 		_, err := r.cli.NetworkCreate(ctx, spec.Name, network.CreateOptions{
 			Driver:     "bridge",
@@ -205,12 +223,29 @@ func (r *Runtime) InspectNetwork(ctx context.Context, name string) (container.Ne
 		if err != nil {
 			continue
 		}
+		gw, _ := netip.ParseAddr(c.Gateway)
+		if !gw.IsValid() {
+			// The engine takes the first address when its creator named none.
+			gw = container.Gateway(p)
+		}
+		r, _ := netip.ParsePrefix(c.IPRange)
 		if p.Addr().Is4() {
-			n.IPv4Subnet = p
+			n.IPv4Subnet, n.IPv4Gateway, n.DynamicIPv4Range = p, gw, r
 		} else {
-			n.IPv6Subnet = p
+			n.IPv6Subnet, n.IPv6Gateway, n.DynamicIPv6Range = p, gw, r
 		}
 	}
+	for _, ep := range ni.Containers {
+		e := container.Endpoint{Name: ep.Name}
+		if p, err := netip.ParsePrefix(ep.IPv4Address); err == nil {
+			e.IPv4 = p.Addr()
+		}
+		if p, err := netip.ParsePrefix(ep.IPv6Address); err == nil {
+			e.IPv6 = p.Addr()
+		}
+		n.Endpoints = append(n.Endpoints, e)
+	}
+	sort.Slice(n.Endpoints, func(i, j int) bool { return n.Endpoints[i].Name < n.Endpoints[j].Name })
 	return n, nil
 }
 
@@ -320,7 +355,6 @@ func (r *Runtime) configs(spec container.MachineSpec) (*dcontainer.Config, *dcon
 		hc.SecurityOpt = []string{"seccomp=unconfined", "apparmor=unconfined"}
 		hc.Tmpfs = map[string]string{"/run": "", "/tmp": ""}
 		hc.CgroupnsMode = dcontainer.CgroupnsModePrivate
-		hc.RestartPolicy = dcontainer.RestartPolicy{Name: dcontainer.RestartPolicyOnFailure, MaximumRetryCount: 1}
 		init := false
 		hc.Init = &init
 		if r.statHost("/lib/modules") {
@@ -333,7 +367,21 @@ func (r *Runtime) configs(spec container.MachineSpec) (*dcontainer.Config, *dcon
 			}
 		}
 	}
-	return cfg, hc, &network.NetworkingConfig{}
+	if spec.EffectiveRestartPolicy() == container.RestartUnlessStopped {
+		hc.RestartPolicy = dcontainer.RestartPolicy{Name: dcontainer.RestartPolicyUnlessStopped}
+	}
+	nc := &network.NetworkingConfig{}
+	if spec.Network != "" && (spec.StaticIPv4.IsValid() || spec.StaticIPv6.IsValid()) {
+		ipam := &network.EndpointIPAMConfig{}
+		if spec.StaticIPv4.IsValid() {
+			ipam.IPv4Address = spec.StaticIPv4.String()
+		}
+		if spec.StaticIPv6.IsValid() {
+			ipam.IPv6Address = spec.StaticIPv6.String()
+		}
+		nc.EndpointsConfig = map[string]*network.EndpointSettings{spec.Network: {IPAMConfig: ipam}}
+	}
+	return cfg, hc, nc
 }
 
 func bind(m container.Mount) string {
@@ -362,7 +410,8 @@ func (r *Runtime) owned(ctx context.Context, op, name string, owner container.Ow
 	return ci, nil
 }
 
-// Start implements container.Runtime.
+// Start implements container.Runtime. The engine claims static addresses
+// and fixed host ports only now, so this is where they can be taken.
 func (r *Runtime) Start(ctx context.Context, name string, owner container.Owner) error {
 	ci, err := r.owned(ctx, "start", name, owner)
 	if err != nil {
@@ -434,15 +483,45 @@ func (r *Runtime) Inspect(ctx context.Context, name string) (*container.Machine,
 	m.Created, _ = time.Parse(time.RFC3339Nano, ci.Created)
 	if ci.HostConfig != nil {
 		m.Network = string(ci.HostConfig.NetworkMode)
+		m.PortMappings = portMappings(ci.HostConfig.PortBindings)
 	}
 	if ns := ci.NetworkSettings; ns != nil {
-		if ep, ok := ns.Networks[m.Network]; ok && ep != nil {
-			m.IPv4, _ = netip.ParseAddr(ep.IPAddress)
-			m.IPv6, _ = netip.ParseAddr(ep.GlobalIPv6Address)
-		}
+		setAddresses(m, ns.Networks[m.Network])
 		m.Ports = ports(ns.Ports)
 	}
 	return m, nil
+}
+
+// setAddresses reads the container's addresses on its network, and the
+// static ones it was created with, which the engine keeps while it is
+// stopped.
+func setAddresses(m *container.Machine, ep *network.EndpointSettings) {
+	if ep == nil {
+		return
+	}
+	m.IPv4, _ = netip.ParseAddr(ep.IPAddress)
+	m.IPv6, _ = netip.ParseAddr(ep.GlobalIPv6Address)
+	if ep.IPAMConfig != nil {
+		m.StaticIPv4, _ = netip.ParseAddr(ep.IPAMConfig.IPv4Address)
+		m.StaticIPv6, _ = netip.ParseAddr(ep.IPAMConfig.IPv6Address)
+	}
+}
+
+func portMappings(pm nat.PortMap) []container.PortMapping {
+	var out []container.PortMapping
+	for p, bs := range pm {
+		for _, b := range bs {
+			hp, _ := strconv.Atoi(b.HostPort)
+			out = append(out, container.PortMapping{ContainerPort: p.Int(), Protocol: p.Proto(), HostIP: b.HostIP, HostPort: hp})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].ContainerPort != out[j].ContainerPort {
+			return out[i].ContainerPort < out[j].ContainerPort
+		}
+		return out[i].HostIP < out[j].HostIP
+	})
+	return out
 }
 
 func ports(pm nat.PortMap) []container.PortBinding {
@@ -488,10 +567,7 @@ func (r *Runtime) List(ctx context.Context, labelSelector map[string]string) ([]
 		}
 		m.Network = c.HostConfig.NetworkMode
 		if c.NetworkSettings != nil {
-			if ep, ok := c.NetworkSettings.Networks[m.Network]; ok && ep != nil {
-				m.IPv4, _ = netip.ParseAddr(ep.IPAddress)
-				m.IPv6, _ = netip.ParseAddr(ep.GlobalIPv6Address)
-			}
+			setAddresses(&m, c.NetworkSettings.Networks[m.Network])
 		}
 		for _, p := range c.Ports {
 			if p.PublicPort != 0 {

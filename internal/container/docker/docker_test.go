@@ -215,7 +215,7 @@ func TestNodeFlagsLimitsAndPublishedPort(t *testing.T) {
 		t.Fatalf("limits NanoCPUs=%d Memory=%d", hc.NanoCPUs, hc.Memory)
 	}
 	if !hc.Privileged || hc.CgroupnsMode != dcontainer.CgroupnsModePrivate || ci.Config.Hostname != s.Name ||
-		hc.RestartPolicy.Name != dcontainer.RestartPolicyOnFailure || hc.RestartPolicy.MaximumRetryCount != 1 {
+		hc.RestartPolicy.Name != dcontainer.RestartPolicyUnlessStopped {
 		t.Fatalf("node flags: privileged=%v cgroupns=%q hostname=%q restart=%+v", hc.Privileged, hc.CgroupnsMode, ci.Config.Hostname, hc.RestartPolicy)
 	}
 	sec := strings.Join(hc.SecurityOpt, ",")

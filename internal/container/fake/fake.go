@@ -68,6 +68,9 @@ type ExecCall struct {
 type fakeNetwork struct {
 	net  container.Network
 	next map[bool]netip.Addr // per family (true = v6): last assigned address
+	// noStatic marks a network whose subnet its creator did not choose,
+	// on which the Docker engine refuses static addresses.
+	noStatic bool
 }
 
 type fakeContainer struct {
@@ -95,6 +98,7 @@ type Runtime struct {
 	execs      []ExecCall
 	signals    []string
 	nextID     int
+	nextPort   int
 }
 
 var _ container.Runtime = (*Runtime)(nil)
@@ -227,10 +231,10 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 		}
 		n := container.Network{Name: spec.Name, ID: r.newID(), Labels: spec.Owner.Labels()}
 		if family.HasIPv4() || family == container.IPv6 { // bridge networks always get IPv4
-			n.IPv4Subnet = v4
+			n.IPv4Subnet, n.IPv4Gateway, n.DynamicIPv4Range = v4, container.Gateway(v4), container.DynamicRange(v4)
 		}
 		if family.HasIPv6() {
-			n.IPv6Subnet = v6
+			n.IPv6Subnet, n.IPv6Gateway, n.DynamicIPv6Range = v6, container.Gateway(v6), container.DynamicRange(v6)
 		}
 		r.networks[spec.Name] = &fakeNetwork{net: n, next: map[bool]netip.Addr{}}
 		return n, nil
@@ -255,6 +259,26 @@ func (r *Runtime) newID() string {
 	return fmt.Sprintf("%064x", r.nextID)
 }
 
+// AddNetwork adds a network made by someone else, as an Unmanaged network
+// is. Its gateways default to the first address of each subnet. When
+// staticAddresses is false, containers created on it with static addresses
+// fail to start as on a Docker network whose subnet the engine chose.
+func (r *Runtime) AddNetwork(n container.Network, staticAddresses bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n.ID == "" {
+		n.ID = r.newID()
+	}
+	if n.IPv4Subnet.IsValid() && !n.IPv4Gateway.IsValid() {
+		n.IPv4Gateway = container.Gateway(n.IPv4Subnet)
+	}
+	if n.IPv6Subnet.IsValid() && !n.IPv6Gateway.IsValid() {
+		n.IPv6Gateway = container.Gateway(n.IPv6Subnet)
+	}
+	n.Endpoints = nil
+	r.networks[n.Name] = &fakeNetwork{net: n, next: map[bool]netip.Addr{}, noStatic: !staticAddresses}
+}
+
 // InspectNetwork implements container.Runtime.
 func (r *Runtime) InspectNetwork(ctx context.Context, name string) (container.Network, error) {
 	r.mu.Lock()
@@ -266,7 +290,15 @@ func (r *Runtime) InspectNetwork(ctx context.Context, name string) (container.Ne
 	if !ok {
 		return container.Network{}, notFound("inspect", "network", name)
 	}
-	return n.net, nil
+	out := n.net
+	out.Endpoints = nil
+	for _, c := range r.containers {
+		if c.m.Network == name && c.m.State == container.StateRunning {
+			out.Endpoints = append(out.Endpoints, container.Endpoint{Name: c.m.Name, IPv4: c.m.IPv4, IPv6: c.m.IPv6})
+		}
+	}
+	sort.Slice(out.Endpoints, func(i, j int) bool { return out.Endpoints[i].Name < out.Endpoints[j].Name })
+	return out, nil
 }
 
 // DeleteNetwork implements container.Runtime.
@@ -324,8 +356,17 @@ func (r *Runtime) CreateMachine(ctx context.Context, spec container.MachineSpec)
 	}
 	c := &fakeContainer{spec: spec, files: map[string][]byte{}, m: container.Machine{
 		Name: spec.Name, ID: r.newID(), Image: spec.Image, Labels: labels, State: container.StateCreated,
-		Network: spec.Network, Created: r.clock.Now(),
+		Network: spec.Network, Created: r.clock.Now(), StaticIPv4: spec.StaticIPv4, StaticIPv6: spec.StaticIPv6,
 	}}
+	for _, p := range spec.PortMappings {
+		if p.HostIP == "" {
+			p.HostIP = "127.0.0.1"
+		}
+		if p.Protocol == "" {
+			p.Protocol = "tcp"
+		}
+		c.m.PortMappings = append(c.m.PortMappings, p)
+	}
 	r.containers[spec.Name] = c
 	return snapshot(c), nil
 }
@@ -334,6 +375,7 @@ func snapshot(c *fakeContainer) *container.Machine {
 	m := c.m
 	m.Labels = maps.Clone(c.m.Labels)
 	m.Ports = append([]container.PortBinding(nil), c.m.Ports...)
+	m.PortMappings = append([]container.PortMapping(nil), c.m.PortMappings...)
 	return &m
 }
 
@@ -372,48 +414,113 @@ func (r *Runtime) Start(ctx context.Context, name string, owner container.Owner)
 	if c.m.State == container.StateRunning {
 		return nil
 	}
-	if n, ok := r.networks[c.m.Network]; ok {
-		c.m.IPv4 = r.allocLocked(n, n.net.IPv4Subnet, false)
-		c.m.IPv6 = r.allocLocked(n, n.net.IPv6Subnet, true)
+	// Like the engine, claim static addresses and fixed host ports only
+	// now, and refuse those another running container holds.
+	n, onNetwork := r.networks[c.m.Network]
+	if err := r.checkStaticLocked(c, n); err != nil {
+		return err
 	}
-	c.m.Ports = nil
-	for i, p := range c.spec.PortMappings {
+	var ports []container.PortBinding
+	for _, p := range c.m.PortMappings {
 		hp := p.HostPort
 		if hp == 0 {
-			hp = 32768 + (len(r.containers)*8+i)%28000
+			// Like the engine, pick another free port at every start.
+			r.nextPort++
+			hp = 32768 + r.nextPort%28000
+		} else if holder := r.portHolderLocked(p.HostIP, hp); holder != "" {
+			return container.NewError("start", "container", name, container.KindInUse,
+				fmt.Errorf("bind for %s:%d failed: port is already allocated (by %s)", p.HostIP, hp, holder))
 		}
-		ip, proto := p.HostIP, p.Protocol
-		if ip == "" {
-			ip = "127.0.0.1"
-		}
-		if proto == "" {
-			proto = "tcp"
-		}
-		c.m.Ports = append(c.m.Ports, container.PortBinding{ContainerPort: p.ContainerPort, Protocol: proto, HostIP: ip, HostPort: hp})
+		ports = append(ports, container.PortBinding{ContainerPort: p.ContainerPort, Protocol: p.Protocol, HostIP: p.HostIP, HostPort: hp})
 	}
+	if onNetwork {
+		c.m.IPv4, c.m.IPv6 = c.m.StaticIPv4, c.m.StaticIPv6
+		if !c.m.IPv4.IsValid() {
+			c.m.IPv4 = r.allocLocked(n, n.net.IPv4Subnet, n.net.DynamicIPv4Range, false)
+		}
+		if !c.m.IPv6.IsValid() {
+			c.m.IPv6 = r.allocLocked(n, n.net.IPv6Subnet, n.net.DynamicIPv6Range, true)
+		}
+	}
+	c.m.Ports = ports
 	c.m.State = container.StateRunning
 	c.m.Started = r.clock.Now()
 	r.emitLocked(container.EventStart, c)
 	return nil
 }
 
-// allocLocked returns the next free address of p (skipping the gateway).
-func (r *Runtime) allocLocked(n *fakeNetwork, p netip.Prefix, v6 bool) netip.Addr {
+// checkStaticLocked refuses c's static addresses when its network does not
+// take them, when they lie outside its subnets, or when a running
+// container holds them.
+func (r *Runtime) checkStaticLocked(c *fakeContainer, n *fakeNetwork) error {
+	static := []netip.Addr{c.m.StaticIPv4, c.m.StaticIPv6}
+	if !static[0].IsValid() && !static[1].IsValid() {
+		return nil
+	}
+	if n == nil || n.noStatic {
+		return container.NewError("start", "container", c.m.Name, container.KindStaticAddressUnsupported,
+			errors.New("user specified IP address is supported only when connecting to networks with user configured subnets"))
+	}
+	for _, a := range static {
+		if !a.IsValid() {
+			continue
+		}
+		subnet := n.net.IPv4Subnet
+		if a.Is6() {
+			subnet = n.net.IPv6Subnet
+		}
+		if !subnet.Contains(a) {
+			return container.NewError("start", "container", c.m.Name, container.KindInvalid,
+				fmt.Errorf("address %s is not in the subnet %s of network %s", a, subnet, n.net.Name))
+		}
+		for _, o := range r.containers {
+			if o != c && o.m.State == container.StateRunning && (o.m.IPv4 == a || o.m.IPv6 == a) {
+				return container.NewError("start", "container", c.m.Name, container.KindInUse,
+					fmt.Errorf("address already in use: %s is held by %s", a, o.m.Name))
+			}
+		}
+	}
+	return nil
+}
+
+// portHolderLocked names the running container that publishes hostIP:port.
+func (r *Runtime) portHolderLocked(hostIP string, port int) string {
+	for _, o := range r.containers {
+		if o.m.State != container.StateRunning {
+			continue
+		}
+		for _, b := range o.m.Ports {
+			if b.HostPort == port && b.HostIP == hostIP {
+				return o.m.Name
+			}
+		}
+	}
+	return ""
+}
+
+// allocLocked returns the next free address of p, inside dynamic when it is
+// valid, as the engine does for containers that ask for no address (skipping
+// the gateway).
+func (r *Runtime) allocLocked(n *fakeNetwork, p, dynamic netip.Prefix, v6 bool) netip.Addr {
 	if !p.IsValid() {
 		return netip.Addr{}
 	}
-	used := map[netip.Addr]bool{}
+	pool := p
+	if dynamic.IsValid() {
+		pool = dynamic
+	}
+	used := map[netip.Addr]bool{container.Gateway(p): true}
 	for _, c := range r.containers {
 		used[c.m.IPv4], used[c.m.IPv6] = true, true
 	}
 	a := n.next[v6]
-	if !a.IsValid() {
-		a = container.Gateway(p)
+	if !a.IsValid() || !pool.Contains(a) {
+		a = pool.Masked().Addr()
 	}
 	for range 1 << 16 {
 		a = a.Next()
-		if !p.Contains(a) {
-			a = container.Gateway(p).Next()
+		if !pool.Contains(a) {
+			a = pool.Masked().Addr().Next()
 		}
 		if !used[a] {
 			n.next[v6] = a

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -247,6 +248,111 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, ima
 				t.Fatalf("machine %+v", m)
 			}
 		}},
+		{"EngineAddressesComeFromTheDynamicRangeAndShowAsEndpoints", func(t *testing.T, e *Env) {
+			if want := container.DynamicRange(e.Network.IPv4Subnet); e.Network.DynamicIPv4Range != want {
+				t.Fatalf("dynamic range %v, want %v", e.Network.DynamicIPv4Range, want)
+			}
+			if e.Network.IPv4Gateway != container.Gateway(e.Network.IPv4Subnet) {
+				t.Fatalf("gateway %v", e.Network.IPv4Gateway)
+			}
+			m := e.Running(t, "dynamic")
+			if !e.Network.DynamicIPv4Range.Contains(m.IPv4) || m.StaticIPv4.IsValid() {
+				t.Fatalf("address %v (static %v) not from the dynamic range %v", m.IPv4, m.StaticIPv4, e.Network.DynamicIPv4Range)
+			}
+			n, err := e.RT.InspectNetwork(Ctx(t), e.Network.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, ep := range n.Endpoints {
+				found = found || ep.Name == m.Name && ep.IPv4 == m.IPv4
+			}
+			if !found {
+				t.Fatalf("endpoints %+v lack %s on %s", n.Endpoints, m.Name, m.IPv4)
+			}
+		}},
+		{"StaticAddressIsKeptAndReportedWhileStopped", func(t *testing.T, e *Env) {
+			ctx := Ctx(t)
+			s := e.Spec("static")
+			s.StaticIPv4 = nthAddr(e.Network.IPv4Subnet, 10)
+			s.PortMappings = []container.PortMapping{{ContainerPort: 6443}}
+			if _, err := e.RT.CreateMachine(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			check := func(when string, running bool) {
+				t.Helper()
+				m, err := e.RT.Inspect(ctx, s.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m.StaticIPv4 != s.StaticIPv4 {
+					t.Fatalf("%s: Inspect reports static address %v, want %v", when, m.StaticIPv4, s.StaticIPv4)
+				}
+				if running && m.IPv4 != s.StaticIPv4 {
+					t.Fatalf("%s: runs on %v, want %v", when, m.IPv4, s.StaticIPv4)
+				}
+				if len(m.PortMappings) != 1 || m.PortMappings[0].ContainerPort != 6443 || m.PortMappings[0].HostPort != 0 || m.PortMappings[0].HostIP != "127.0.0.1" {
+					t.Fatalf("%s: configured ports %+v", when, m.PortMappings)
+				}
+				ms, err := e.RT.List(ctx, map[string]string{container.LabelClusterID: e.Owner.ClusterID, container.LabelMachine: "static"})
+				if err != nil || len(ms) != 1 || ms[0].StaticIPv4 != s.StaticIPv4 {
+					t.Fatalf("%s: List gave %+v, %v", when, ms, err)
+				}
+			}
+			check("created", false)
+			if err := e.RT.Start(ctx, s.Name, container.OwnerOf(s.Labels)); err != nil {
+				t.Fatal(err)
+			}
+			check("running", true)
+			if err := e.RT.Stop(ctx, s.Name, container.OwnerOf(s.Labels), 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			check("stopped", false)
+			if err := e.RT.Start(ctx, s.Name, container.OwnerOf(s.Labels)); err != nil {
+				t.Fatal(err)
+			}
+			check("started again", true)
+		}},
+		{"StaticAddressHeldByAnotherIsInUse", func(t *testing.T, e *Env) {
+			ctx := Ctx(t)
+			addr := nthAddr(e.Network.IPv4Subnet, 20)
+			for i, machine := range []string{"holder", "taker"} {
+				s := e.Spec(machine)
+				s.StaticIPv4 = addr
+				if _, err := e.RT.CreateMachine(ctx, s); err != nil {
+					t.Fatal(err)
+				}
+				err := e.RT.Start(ctx, s.Name, container.OwnerOf(s.Labels))
+				if i == 0 && err != nil {
+					t.Fatal(err)
+				}
+				if i == 1 && !container.IsInUse(err) {
+					t.Fatalf("starting a second container on %s: want in-use, got %v", addr, err)
+				}
+			}
+		}},
+		{"DualStackStaticAddresses", func(t *testing.T, e *Env) {
+			ctx := Ctx(t)
+			ds := NewEnv(t, e.RT, e.Image, container.DualStack)
+			if !ds.Network.IPv6Subnet.IsValid() || ds.Network.DynamicIPv6Range != container.DynamicRange(ds.Network.IPv6Subnet) {
+				t.Fatalf("network %+v", ds.Network)
+			}
+			s := ds.Spec("static")
+			s.StaticIPv4, s.StaticIPv6 = nthAddr(ds.Network.IPv4Subnet, 5), nthAddr(ds.Network.IPv6Subnet, 5)
+			if _, err := ds.RT.CreateMachine(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := ds.RT.Start(ctx, s.Name, container.OwnerOf(s.Labels)); err != nil {
+				t.Fatal(err)
+			}
+			m, err := ds.RT.Inspect(ctx, s.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.IPv4 != s.StaticIPv4 || m.IPv6 != s.StaticIPv6 || m.StaticIPv4 != s.StaticIPv4 || m.StaticIPv6 != s.StaticIPv6 {
+				t.Fatalf("runs on %v %v, static %v %v; want %v %v", m.IPv4, m.IPv6, m.StaticIPv4, m.StaticIPv6, s.StaticIPv4, s.StaticIPv6)
+			}
+		}},
 		{"ExecExitCodesAndOutput", func(t *testing.T, e *Env) {
 			m := e.Running(t, "exec")
 			ctx := Ctx(t)
@@ -444,6 +550,16 @@ func foreignOwners(o container.Owner) []container.Owner {
 	cluster.Cluster += "-other"
 	id.ClusterID += "-other"
 	return []container.Owner{ns, cluster, id}
+}
+
+// nthAddr is the n-th address of p, in the part of a network's subnet
+// below its dynamic range.
+func nthAddr(p netip.Prefix, n int) netip.Addr {
+	a := p.Masked().Addr()
+	for range n {
+		a = a.Next()
+	}
+	return a
 }
 
 func names(ms []container.Machine) []string {

@@ -79,6 +79,10 @@ type Reconciler struct {
 	Routes RouteSyncer
 	// OrphanGracePeriod defaults to DefaultOrphanGracePeriod.
 	OrphanGracePeriod time.Duration
+	// LoadBalancerStats reads HAProxy's statistics to confirm reloads; nil
+	// means loadbalancer.HTTPStats. Tests with the fake runtime, whose
+	// containers run nothing, replace it.
+	LoadBalancerStats loadbalancer.StatsFunc
 
 	recorder record.EventRecorder
 	lb       *loadbalancer.LoadBalancer
@@ -96,7 +100,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		r.OrphanGracePeriod = DefaultOrphanGracePeriod
 	}
 	r.recorder = mgr.GetEventRecorderFor("containercluster-controller")
-	r.lb = &loadbalancer.LoadBalancer{Client: r.Client, Runtime: r.Runtime}
+	r.lb = &loadbalancer.LoadBalancer{Client: r.Client, Runtime: r.Runtime, Stats: r.LoadBalancerStats}
+	if c, ok := r.Clock.(clock.Clock); ok {
+		r.lb.Clock = c
+	}
 	r.wakeups = make(chan event.GenericEvent, 1024)
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		r.pumpContainerEvents(ctx)
@@ -215,9 +222,16 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	if port := lbContainer.HostPort(loadbalancer.APIServerPort); port != 0 {
 		cc.Status.LoadBalancer.HostPort = int32(port)
 	}
-	reloaded, err := r.lb.Sync(ctx, cluster, cc)
+	// An error here is retried with the controller's backoff; until then
+	// HAProxy serves the configuration it has.
+	reloaded, err := r.lb.SyncAndVerify(ctx, cluster, cc, lbContainer)
 	if err != nil {
-		setLoadBalancerCondition(cc, now, metav1.ConditionFalse, infrav1.FailedReason, err.Error())
+		reason := infrav1.FailedReason
+		var reloadErr *loadbalancer.ReloadError
+		if errors.As(err, &reloadErr) {
+			reason = reloadErr.Reason
+		}
+		setLoadBalancerCondition(cc, now, metav1.ConditionFalse, reason, err.Error())
 		return ctrl.Result{}, err
 	}
 	if reloaded {

@@ -7,6 +7,7 @@ package capi
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,9 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
+	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 )
 
 // Options returns controller options for tests: several managers in one
@@ -77,6 +80,7 @@ type ProviderOptions struct {
 func SetupProviderWith(ctx context.Context, mgr ctrl.Manager, rt container.Runtime, clusterCache clustercache.ClusterCache, workload lifecycle.WorkloadClientFunc, opts ProviderOptions) error {
 	if err := (&containercluster.Reconciler{
 		Client: mgr.GetClient(), Runtime: rt, OrphanGracePeriod: time.Nanosecond, Routes: opts.Routes,
+		LoadBalancerStats: LoadBalancerStats(rt),
 	}).SetupWithManager(ctx, mgr, Options()); err != nil {
 		return err
 	}
@@ -84,4 +88,28 @@ func SetupProviderWith(ctx context.Context, mgr ctrl.Manager, rt container.Runti
 		Client: mgr.GetClient(), Runtime: rt, ClusterCache: clusterCache, WorkloadClient: workload, MachinePools: true,
 		HostCapacity: opts.HostCapacity,
 	}).SetupWithManager(ctx, mgr, Options())
+}
+
+// LoadBalancerStats returns how the ContainerCluster controller reads
+// HAProxy's statistics on rt: through the network on a real engine (nil),
+// and, on the fake, whose containers run nothing, as if HAProxy had loaded
+// the configuration file the controller wrote: its backends are listed.
+func LoadBalancerStats(rt container.Runtime) loadbalancer.StatsFunc {
+	if _, ok := rt.(*fake.Runtime); !ok {
+		return nil
+	}
+	return func(ctx context.Context, m *container.Machine) ([]byte, error) {
+		cfg, err := rt.ReadFile(ctx, m.Name, loadbalancer.ConfigPath)
+		if err != nil {
+			return nil, err
+		}
+		var csv strings.Builder
+		csv.WriteString("# pxname,svname,\n")
+		for _, line := range strings.Split(string(cfg), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "backend" {
+				fmt.Fprintf(&csv, "%s,BACKEND,\n", f[1])
+			}
+		}
+		return []byte(csv.String()), nil
+	}
 }

@@ -229,7 +229,7 @@ func startStack(t *testing.T) *stack {
 			return (&capicontrollers.MachinePoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: clusterCache}).SetupWithManager(ctx, mgr, options)
 		},
 		func() error {
-			return (&containercluster.Reconciler{Client: mgr.GetClient(), Runtime: rt}).SetupWithManager(ctx, mgr, options)
+			return (&containercluster.Reconciler{Client: mgr.GetClient(), Runtime: rt, LoadBalancerStats: capi.LoadBalancerStats(rt)}).SetupWithManager(ctx, mgr, options)
 		},
 		func() error {
 			// The envtest API server plays the workload cluster.

@@ -16,9 +16,11 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	dcontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
@@ -146,4 +148,53 @@ func NewRuntime(t testing.TB) *docker.Runtime {
 		t.Fatalf("Docker engine not reachable (run hack/ensure-docker.sh): %v", err)
 	}
 	return rt
+}
+
+// RunForeign starts a container that CAPCT did not make (no CAPCT labels) on
+// network, as a user's docker run would, and returns a func removing it.
+func RunForeign(ctx context.Context, rt *docker.Runtime, name, network, image string) (remove func(), err error) {
+	cli := rt.Client()
+	if _, err := cli.ContainerCreate(ctx, &dcontainer.Config{Image: image, Cmd: LoopCmd},
+		&dcontainer.HostConfig{NetworkMode: dcontainer.NetworkMode(network)}, nil, nil, name); err != nil {
+		return nil, fmt.Errorf("failed to create foreign container %s: %w", name, err)
+	}
+	remove = func() { _ = cli.ContainerRemove(context.Background(), name, dcontainer.RemoveOptions{Force: true}) }
+	if err := cli.ContainerStart(ctx, name, dcontainer.StartOptions{}); err != nil {
+		remove()
+		return nil, fmt.Errorf("failed to start foreign container %s: %w", name, err)
+	}
+	return remove, nil
+}
+
+// Restart restarts the container through the engine, behind CAPCT's back.
+func Restart(ctx context.Context, rt *docker.Runtime, name string) error {
+	return rt.Client().ContainerRestart(ctx, name, dcontainer.StopOptions{})
+}
+
+// KillMainProcess kills the container's PID 1 from the host, as a crash
+// would, so that only its restart policy can bring it back, and returns
+// how often the engine had restarted it before.
+func KillMainProcess(ctx context.Context, rt *docker.Runtime, name string) (restarts int, err error) {
+	ci, err := rt.Client().ContainerInspect(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	if ci.State == nil || ci.State.Pid == 0 {
+		return 0, fmt.Errorf("container %s is not running", name)
+	}
+	return ci.RestartCount, syscall.Kill(ci.State.Pid, syscall.SIGKILL)
+}
+
+// RestartCount is how often the engine restarted the container by its
+// restart policy, and its restart policy's name.
+func RestartCount(ctx context.Context, rt *docker.Runtime, name string) (int, string, error) {
+	ci, err := rt.Client().ContainerInspect(ctx, name)
+	if err != nil {
+		return 0, "", err
+	}
+	policy := ""
+	if ci.HostConfig != nil {
+		policy = string(ci.HostConfig.RestartPolicy.Name)
+	}
+	return ci.RestartCount, policy, nil
 }

@@ -1,0 +1,204 @@
+package nodeaddr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/capct/cluster-api-provider-container/internal/container"
+)
+
+// maxInUseRetries bounds how often one launch picks again after the engine
+// refused an address as taken.
+const maxInUseRetries = 3
+
+// networkLocks serialises launches per network name. It is one for the
+// whole process, not one per Launcher, because the node and load-balancer
+// controllers each make their own Launcher and share networks.
+var networkLocks keyedMutex
+
+// Launcher creates and starts containers with static addresses.
+type Launcher struct {
+	Runtime container.Runtime
+}
+
+// Launch creates spec's container with the lowest free address in every
+// family of its network and starts it, serialised per network with every
+// other Launch of the process. Addresses spec already names are kept. A
+// container that exists already is adopted and started as it is.
+//
+// On a network that takes no static addresses (Docker's networks whose
+// subnet their creator did not choose), the container is created again
+// without them and Launch returns it with StaticFallback true: its address
+// may change when it restarts.
+func (l *Launcher) Launch(ctx context.Context, spec container.MachineSpec) (*Launched, error) {
+	unlock := networkLocks.lock(spec.Network)
+	defer unlock()
+	return l.launchLocked(ctx, spec)
+}
+
+// Replace removes the container spec.Name and launches it again from spec,
+// in one step for the other launches on its network, so that the addresses
+// spec names (the old container's) cannot be picked by another launch in
+// between. It is for stateless containers only (the load balancer).
+func (l *Launcher) Replace(ctx context.Context, spec container.MachineSpec) (*Launched, error) {
+	unlock := networkLocks.lock(spec.Network)
+	defer unlock()
+	if err := l.Runtime.Delete(ctx, spec.Name, container.OwnerOf(spec.Labels)); err != nil {
+		return nil, fmt.Errorf("failed to remove container %s to replace it: %w", spec.Name, err)
+	}
+	return l.launchLocked(ctx, spec)
+}
+
+func (l *Launcher) launchLocked(ctx context.Context, spec container.MachineSpec) (*Launched, error) {
+	if m, err := l.Runtime.Inspect(ctx, spec.Name); err == nil {
+		return l.start(ctx, spec, m, false)
+	} else if !container.IsNotFound(err) {
+		return nil, err
+	}
+	picked := spec.StaticIPv4.IsValid() || spec.StaticIPv6.IsValid()
+	for attempt := 0; ; attempt++ {
+		s := spec
+		if !picked {
+			addrs, err := l.pick(ctx, spec.Network, spec.Name)
+			if err != nil {
+				return nil, err
+			}
+			s.StaticIPv4, s.StaticIPv6 = addrs.IPv4, addrs.IPv6
+		}
+		m, err := l.Runtime.CreateMachine(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		launched, err := l.start(ctx, s, m, true)
+		if container.IsInUse(err) && !picked && attempt < maxInUseRetries {
+			// Someone CAPCT does not know took the address between the pick
+			// and the start; it holds it now, so the next pick skips it.
+			continue
+		}
+		return launched, err
+	}
+}
+
+// Launched is what Launch made.
+type Launched struct {
+	// Machine is the running container.
+	Machine *container.Machine
+	// StaticFallback says the network took no static address, so the
+	// engine picked the container's address.
+	StaticFallback bool
+}
+
+// start starts m; created says this launch created it, so that it may be
+// removed again when the engine refuses its addresses: it never ran.
+func (l *Launcher) start(ctx context.Context, spec container.MachineSpec, m *container.Machine, created bool) (*Launched, error) {
+	fallback := false
+	if m.State != container.StateRunning {
+		err := l.Runtime.Start(ctx, spec.Name, container.OwnerOf(spec.Labels))
+		if created && container.IsStaticAddressUnsupported(err) {
+			if err := l.Runtime.Delete(ctx, spec.Name, container.OwnerOf(spec.Labels)); err != nil {
+				return nil, fmt.Errorf("failed to remove container %s after its network refused a static address: %w", spec.Name, err)
+			}
+			spec.StaticIPv4, spec.StaticIPv6 = netip.Addr{}, netip.Addr{}
+			if _, err := l.Runtime.CreateMachine(ctx, spec); err != nil {
+				return nil, err
+			}
+			err = l.Runtime.Start(ctx, spec.Name, container.OwnerOf(spec.Labels))
+			fallback = true
+		}
+		if err != nil {
+			if created && container.IsInUse(err) {
+				if derr := l.Runtime.Delete(ctx, spec.Name, container.OwnerOf(spec.Labels)); derr != nil {
+					return nil, errors.Join(err, fmt.Errorf("failed to remove container %s whose address was taken: %w", spec.Name, derr))
+				}
+			}
+			return nil, err
+		}
+	}
+	m, err := l.Runtime.Inspect(ctx, spec.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &Launched{Machine: m, StaticFallback: fallback}, nil
+}
+
+// pick reads what the engine holds on the network and picks the lowest
+// free addresses for the container name.
+func (l *Launcher) pick(ctx context.Context, network, name string) (Addresses, error) {
+	n, err := l.Runtime.InspectNetwork(ctx, network)
+	if err != nil {
+		return Addresses{}, fmt.Errorf("failed to read the addresses held on network %s: %w", network, err)
+	}
+	// Every CAPCT container, of any cluster, that sits on the network:
+	// stopped ones hold their static addresses too.
+	machines, err := l.Runtime.List(ctx, nil)
+	if err != nil {
+		return Addresses{}, fmt.Errorf("failed to list the containers on network %s: %w", network, err)
+	}
+	addrs, err := PickAll(FamiliesOf(n), Held(n, machines))
+	if err != nil {
+		return Addresses{}, fmt.Errorf("failed to pick an address for container %s on network %s: %w", name, network, err)
+	}
+	return addrs, nil
+}
+
+// FamiliesOf turns what the engine reports of a network into the families
+// to allocate from.
+func FamiliesOf(n container.Network) Network {
+	return Network{
+		IPv4: Family{Subnet: n.IPv4Subnet, Gateway: n.IPv4Gateway, Dynamic: n.DynamicIPv4Range},
+		IPv6: Family{Subnet: n.IPv6Subnet, Gateway: n.IPv6Gateway, Dynamic: n.DynamicIPv6Range},
+	}
+}
+
+// Held lists the addresses held on network n: its endpoints' and every
+// address, static or current, of the machines attached to it.
+func Held(n container.Network, machines []container.Machine) []netip.Addr {
+	var held []netip.Addr
+	for _, e := range n.Endpoints {
+		held = append(held, e.IPv4, e.IPv6)
+	}
+	for _, m := range machines {
+		if m.Network == n.Name {
+			held = append(held, m.IPv4, m.IPv6, m.StaticIPv4, m.StaticIPv6)
+		}
+	}
+	return held
+}
+
+// keyedMutex is a mutex per key; entries go when nobody holds or waits.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyedEntry{}
+	}
+	e := k.locks[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.locks[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}

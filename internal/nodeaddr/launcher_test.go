@@ -1,0 +1,213 @@
+package nodeaddr_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/container/fake"
+	"github.com/capct/cluster-api-provider-container/internal/nodeaddr"
+)
+
+func spec(network, machine string) container.MachineSpec {
+	return container.MachineSpec{Name: "c1-" + machine, Image: "img", Network: network,
+		Labels: testOwner.ForMachine(machine).Labels(), Role: container.RoleWorker}
+}
+
+// testOwner owns the test's network and containers.
+var testOwner = container.Owner{Namespace: "ns", Cluster: "c1", ClusterID: "id-1"}
+
+func managedNetwork(t *testing.T, rt *fake.Runtime, family container.IPFamily) container.Network {
+	t.Helper()
+	n, err := rt.EnsureNetwork(context.Background(), container.NetworkSpec{Name: "capct-c1", Owner: testOwner, IPFamily: family})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// slowRuntime widens the window between reading the held addresses and
+// starting the container, and counts starts refused as in use: with the
+// launches serialised per network there are none.
+type slowRuntime struct {
+	*fake.Runtime
+	inUse atomic.Int32
+}
+
+func (r *slowRuntime) List(ctx context.Context, sel map[string]string) ([]container.Machine, error) {
+	ms, err := r.Runtime.List(ctx, sel)
+	time.Sleep(5 * time.Millisecond)
+	return ms, err
+}
+
+func (r *slowRuntime) Start(ctx context.Context, name string, owner container.Owner) error {
+	err := r.Runtime.Start(ctx, name, owner)
+	if container.IsInUse(err) {
+		r.inUse.Add(1)
+	}
+	return err
+}
+
+func TestLaunchGivesEachMachineItsOwnStaticAddress(t *testing.T) {
+	for _, family := range []container.IPFamily{container.IPv4, container.IPv6, container.DualStack} {
+		t.Run(string(family), func(t *testing.T) {
+			rt := fake.New(nil)
+			n := managedNetwork(t, rt, family)
+			slow := &slowRuntime{Runtime: rt}
+			l := &nodeaddr.Launcher{Runtime: slow}
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for i := range 8 {
+				wg.Go(func() {
+					_, err := l.Launch(context.Background(), spec(n.Name, fmt.Sprintf("m%d", i)))
+					errs <- err
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			ms, _ := rt.List(context.Background(), nil)
+			seen := map[netip.Addr]string{}
+			for _, m := range ms {
+				for _, pair := range [][2]netip.Addr{{m.StaticIPv4, m.IPv4}, {m.StaticIPv6, m.IPv6}} {
+					static, current := pair[0], pair[1]
+					if (static.Is4() && !n.IPv4Subnet.IsValid()) || (static.Is6() && !n.IPv6Subnet.IsValid()) {
+						t.Fatalf("%s got %s in a family the network lacks", m.Name, static)
+					}
+					if static != current {
+						t.Fatalf("%s runs on %s, not its static address %s", m.Name, current, static)
+					}
+					if !static.IsValid() {
+						continue
+					}
+					if other, ok := seen[static]; ok {
+						t.Fatalf("%s handed to %s and %s", static, other, m.Name)
+					}
+					seen[static] = m.Name
+					if n.DynamicIPv4Range.Contains(static) || n.DynamicIPv6Range.Contains(static) {
+						t.Fatalf("%s of %s lies in the engine's dynamic range", static, m.Name)
+					}
+				}
+				if family.HasIPv6() && !m.StaticIPv6.IsValid() || !m.StaticIPv4.IsValid() {
+					t.Fatalf("%s lacks a static address: %v %v", m.Name, m.StaticIPv4, m.StaticIPv6)
+				}
+			}
+			if n := slow.inUse.Load(); n != 0 {
+				t.Fatalf("%d launches picked an address another launch was about to take", n)
+			}
+			want := 8
+			if family.HasIPv6() {
+				want = 16
+			}
+			if len(seen) != want {
+				t.Fatalf("%d static addresses, want %d", len(seen), want)
+			}
+		})
+	}
+}
+
+func TestLaunchSkipsForeignAndStoppedHolders(t *testing.T) {
+	rt := fake.New(nil)
+	ctx := context.Background()
+	// An Unmanaged network with no dynamic range: the engine hands out
+	// the lowest addresses, where CAPCT looks too.
+	rt.AddNetwork(container.Network{Name: "shared", IPv4Subnet: netip.MustParsePrefix("10.5.0.0/24")}, true)
+	foreign := spec("shared", "foreign")
+	other := container.Owner{Namespace: "ns", Cluster: "other", ClusterID: "id-other", Machine: "foreign"}
+	foreign.Labels = other.Labels()
+	if _, err := rt.CreateMachine(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(ctx, foreign.Name, other); err != nil {
+		t.Fatal(err)
+	}
+	l := &nodeaddr.Launcher{Runtime: rt}
+	a, err := l.Launch(ctx, spec("shared", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Machine.StaticIPv4.String(); got != "10.5.0.3" {
+		t.Fatalf("got %s; 10.5.0.2 is the foreign container's", got)
+	}
+	if err := rt.Stop(ctx, a.Machine.Name, testOwner.ForMachine("a"), 0); err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Launch(ctx, spec("shared", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Machine.StaticIPv4.String(); got != "10.5.0.4" {
+		t.Fatalf("got %s; a stopped container keeps 10.5.0.3", got)
+	}
+	if err := rt.Start(ctx, a.Machine.Name, testOwner.ForMachine("a")); err != nil {
+		t.Fatalf("the stopped container must get its address back: %v", err)
+	}
+}
+
+func TestLaunchPicksAgainWhenTheEngineSaysInUse(t *testing.T) {
+	rt := fake.New(nil)
+	n := managedNetwork(t, rt, container.IPv4)
+	rt.FailNext(fake.OpStart, container.NewError("start", "container", "c1-a", container.KindInUse, errors.New("Address already in use")))
+	got, err := (&nodeaddr.Launcher{Runtime: rt}).Launch(context.Background(), spec(n.Name, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Machine.State != container.StateRunning || !got.Machine.StaticIPv4.IsValid() {
+		t.Fatalf("got %+v", got.Machine)
+	}
+}
+
+func TestLaunchFallsBackWhereStaticAddressesAreRefused(t *testing.T) {
+	rt := fake.New(nil)
+	rt.AddNetwork(container.Network{Name: "auto", IPv4Subnet: netip.MustParsePrefix("10.6.0.0/24")}, false)
+	got, err := (&nodeaddr.Launcher{Runtime: rt}).Launch(context.Background(), spec("auto", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.StaticFallback || got.Machine.StaticIPv4.IsValid() || !got.Machine.IPv4.IsValid() || got.Machine.State != container.StateRunning {
+		t.Fatalf("got %+v, fallback %v", got.Machine, got.StaticFallback)
+	}
+}
+
+func TestLaunchReportsExhaustion(t *testing.T) {
+	rt := fake.New(nil)
+	rt.AddNetwork(container.Network{Name: "tiny", IPv4Subnet: netip.MustParsePrefix("10.7.0.0/30")}, true)
+	l := &nodeaddr.Launcher{Runtime: rt}
+	if _, err := l.Launch(context.Background(), spec("tiny", "a")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.Launch(context.Background(), spec("tiny", "b"))
+	if !errors.Is(err, nodeaddr.ErrExhausted) {
+		t.Fatalf("want exhaustion, got %v", err)
+	}
+}
+
+func TestReplaceKeepsTheAddresses(t *testing.T) {
+	rt := fake.New(nil)
+	n := managedNetwork(t, rt, container.IPv4)
+	l := &nodeaddr.Launcher{Runtime: rt}
+	first, err := l.Launch(context.Background(), spec(n.Name, "lb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := spec(n.Name, "lb")
+	s.StaticIPv4 = first.Machine.StaticIPv4
+	s.PortMappings = []container.PortMapping{{ContainerPort: 6443, HostPort: 40000}}
+	second, err := l.Replace(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Machine.ID == first.Machine.ID || second.Machine.IPv4 != first.Machine.IPv4 || second.Machine.HostPort(6443) != 40000 {
+		t.Fatalf("first %+v, second %+v", first.Machine, second.Machine)
+	}
+}
