@@ -38,6 +38,7 @@ import (
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
 	expcontrollers "github.com/capct/cluster-api-provider-container/exp/controllers"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
+	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/webhooks"
 )
@@ -68,6 +69,7 @@ type options struct {
 	logOptions                *logs.Options
 	gracefulShutdownTimeout   time.Duration
 	containerRuntimeAPITimout time.Duration
+	maxConcurrentBootstraps   int
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
@@ -114,6 +116,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 		"How long the manager waits for reconciles to finish on shutdown.")
 	fs.DurationVar(&o.containerRuntimeAPITimout, "container-runtime-timeout", 30*time.Second,
 		"Bound on each call to the container runtime, so that a stuck engine cannot hold a worker.")
+	fs.IntVar(&o.maxConcurrentBootstraps, "max-concurrent-bootstraps", lifecycle.DefaultMaxConcurrentBootstraps,
+		"Most machine bootstraps (kubeadm init/join) in flight on the host at once; machines over it wait. 0 means no limit.")
 	flags.AddManagerOptions(fs, &o.managerOptions)
 	feature.MutableGates.AddFlag(fs)
 }
@@ -135,6 +139,9 @@ func run() error {
 		return fmt.Errorf("failed to set the default log level: %w", err)
 	}
 	pflag.Parse()
+	if o.maxConcurrentBootstraps < 0 {
+		return fmt.Errorf("--max-concurrent-bootstraps must be 0 (no limit) or more, not %d", o.maxConcurrentBootstraps)
+	}
 	if err := logsv1.ValidateAndApply(o.logOptions, nil); err != nil {
 		return fmt.Errorf("failed to apply the log options: %w", err)
 	}
@@ -281,7 +288,7 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	}
 	if err := (&controllers.ContainerMachineReconciler{
 		Client: mgr.GetClient(), Runtime: runtime, ClusterCache: clusterCache, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM,
-		MachinePools: feature.Gates.Enabled(feature.MachinePool),
+		MachinePools: feature.Gates.Enabled(feature.MachinePool), MaxConcurrentBootstraps: o.maxConcurrentBootstraps,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}

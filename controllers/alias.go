@@ -61,6 +61,9 @@ type ContainerMachineReconciler struct {
 	// MachinePools makes the controller watch MachinePools for their
 	// machines' bootstrap data; set it when the MachinePool gate is on.
 	MachinePools bool
+	// MaxConcurrentBootstraps bounds the bootstraps in flight on the host;
+	// 0 means no bound.
+	MaxConcurrentBootstraps int
 }
 
 // SetupWithManager sets up the reconciler with the manager.
@@ -72,6 +75,8 @@ func (r *ContainerMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 		Clock:            r.Clock,
 		WatchFilterValue: r.WatchFilterValue,
 		MachinePools:     r.MachinePools,
+
+		MaxConcurrentBootstraps: r.MaxConcurrentBootstraps,
 	}
 	if r.NodeIPAM != nil {
 		rec.PodCIDRs = r.NodeIPAM

@@ -62,6 +62,10 @@ type Reconciler struct {
 	// data their ContainerMachines run. Set it when the MachinePool feature
 	// gate is on (the MachinePool CRD must exist).
 	MachinePools bool
+	// MaxConcurrentBootstraps bounds the bootstraps in flight on the host;
+	// 0 means no bound. Machines over it wait with Bootstrapped False,
+	// WaitingForBootstrapSlot.
+	MaxConcurrentBootstraps int
 
 	lifecycle   *lifecycle.Machine
 	termination *lifecycle.Termination
@@ -89,7 +93,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Clock:          r.Clock,
 		Recorder:       mgr.GetEventRecorderFor("containermachine-controller"),
 		WorkloadClient: r.WorkloadClient,
-		Bootstraps:     lifecycle.NewBootstrapRunner(ctx, r.wake),
+		Bootstraps:     lifecycle.NewBootstrapRunner(ctx, clock.RealClock{}, r.MaxConcurrentBootstraps, r.wake),
 		PodCIDRs:       r.PodCIDRs,
 	}
 	r.lifecycle = lifecycle.NewMachine(deps)
