@@ -2,7 +2,8 @@
 // It is safe for concurrent use, assigns addresses from each network's derived
 // subnet, runs Exec through a pluggable handler, streams events, and lets
 // tests inject failures (FailNext) and remove containers out of band
-// (RemoveOutOfBand).
+// (RemoveOutOfBand). CAPCT's detached bootstrap runs are acted out without a
+// shell (see Exec).
 package fake
 
 import (
