@@ -40,6 +40,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
+	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
 	"github.com/capct/cluster-api-provider-container/internal/webhooks"
@@ -76,6 +77,7 @@ type options struct {
 	hostCapacityReserve       map[string]int64
 	controlPlaneNodeCost      map[string]int64
 	workerNodeCost            map[string]int64
+	maxConcurrentBootstraps   int
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
@@ -133,6 +135,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringToInt64Var(&o.workerNodeCost, "worker-node-cost", hostcapacity.DefaultCosts[container.RoleWorker],
 		"What one worker node container consumes of each host limit, by sysctl; measured on capct/node (docs/lifecycle.md).")
 	o.policy.AddFlags(fs)
+	fs.IntVar(&o.maxConcurrentBootstraps, "max-concurrent-bootstraps", lifecycle.DefaultMaxConcurrentBootstraps,
+		"Most machine bootstraps (kubeadm init/join) in flight on the host at once; machines over it wait. 0 means no limit.")
 	flags.AddManagerOptions(fs, &o.managerOptions)
 	feature.MutableGates.AddFlag(fs)
 }
@@ -154,6 +158,9 @@ func run() error {
 		return fmt.Errorf("failed to set the default log level: %w", err)
 	}
 	pflag.Parse()
+	if o.maxConcurrentBootstraps < 0 {
+		return fmt.Errorf("--max-concurrent-bootstraps must be 0 (no limit) or more, not %d", o.maxConcurrentBootstraps)
+	}
 	if err := logsv1.ValidateAndApply(o.logOptions, nil); err != nil {
 		return fmt.Errorf("failed to apply the log options: %w", err)
 	}
@@ -316,7 +323,7 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	}
 	if err := (&controllers.ContainerMachineReconciler{
 		Client: mgr.GetClient(), Runtime: runtime, ClusterCache: clusterCache, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM,
-		MachinePools: feature.Gates.Enabled(feature.MachinePool), HostCapacity: capacity,
+		MachinePools: feature.Gates.Enabled(feature.MachinePool), HostCapacity: capacity, MaxConcurrentBootstraps: o.maxConcurrentBootstraps,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}

@@ -65,6 +65,9 @@ type ContainerMachineReconciler struct {
 	// HostCapacity holds launches while the container host's limits leave
 	// no room for another node; nil admits every launch.
 	HostCapacity *hostcapacity.Gate
+	// MaxConcurrentBootstraps bounds the bootstraps in flight on the host;
+	// 0 means no bound.
+	MaxConcurrentBootstraps int
 }
 
 // SetupWithManager sets up the reconciler with the manager.
@@ -76,6 +79,8 @@ func (r *ContainerMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 		Clock:            r.Clock,
 		WatchFilterValue: r.WatchFilterValue,
 		MachinePools:     r.MachinePools,
+
+		MaxConcurrentBootstraps: r.MaxConcurrentBootstraps,
 	}
 	if r.NodeIPAM != nil {
 		rec.PodCIDRs = r.NodeIPAM

@@ -1,10 +1,10 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,104 +22,259 @@ import (
 
 const (
 	// DefaultBootstrapTimeout bounds a bootstrap when the machine does not
-	// set spec.lifecycle.bootstrapTimeout.
+	// set spec.lifecycle.bootstrapTimeout. It counts from the machine's
+	// first attempt, so it spans the retries, but not the wait for a slot.
 	DefaultBootstrapTimeout = 5 * time.Minute
+	// MaxBootstrapAttempts bounds the attempts of one machine's bootstrap.
+	MaxBootstrapAttempts = 3
+	// WaitingForBootstrapSlotReason: the host runs as many bootstraps as
+	// --max-concurrent-bootstraps allows; the machine waits for one to end.
+	// Not terminal, and the wait does not count toward the timeout.
+	WaitingForBootstrapSlotReason = "WaitingForBootstrapSlot"
 	// bootstrapPoll is how often a running bootstrap is looked at, in case
 	// its completion notice is lost.
 	bootstrapPoll = 30 * time.Second
+	// slotPoll is how often a machine waiting for a slot looks again, in
+	// case its wake-up is lost.
+	slotPoll = 30 * time.Second
+	// bootstrapExecTimeout bounds the short execs of a bootstrap: the
+	// launch of an attempt and stopping one.
+	bootstrapExecTimeout = 30 * time.Second
+	// bootWaitTimeout bounds the wait for the node's init system before
+	// images are preloaded.
+	bootWaitTimeout = 6 * time.Minute
 )
 
-// Bootstrap runs the machine's bootstrap data inside its container. The run
-// goes on a goroutine of its own (BootstrapRunner); this phase starts it,
-// reads its outcome and enforces the timeout. Bad bootstrap data is a
-// terminal condition, not a crash.
+// Bootstrap runs the machine's bootstrap data inside its container, at most
+// once per attempt however often the manager restarts. Each attempt runs
+// detached in the container (provisioning.Script) and leaves marks there;
+// this phase decides only from those marks (readRun), so a new manager or
+// leader picks up where the last one stopped instead of starting kubeadm
+// again. A failure that may pass on a retry (the runtime not ready, the
+// control plane still starting, an interrupted attempt) is retried, up to
+// MaxBootstrapAttempts within the timeout; one that cannot pass (bad
+// bootstrap data or script) is terminal. At most --max-concurrent-bootstraps
+// machines bootstrap at once; the others wait, non-terminally.
 type Bootstrap struct{ *Deps }
 
 // Reconcile implements Phase.
 func (b *Bootstrap) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, error) {
 	cm := s.ContainerMachine
+	key := client.ObjectKeyFromObject(cm)
 	now := b.Clock.Now()
 	if conditions.IsTrue(cm, infrav1.BootstrappedCondition) {
+		b.Bootstraps.Release(key)
 		return ctrl.Result{}, nil
 	}
-	if c := conditions.Get(cm, infrav1.BootstrappedCondition); c != nil && c.Status == metav1.ConditionFalse && terminalReasons[c.Reason] {
+	if TerminalCondition(cm) != nil {
+		b.Bootstraps.Release(key)
 		return ctrl.Result{}, nil
 	}
 	if s.Container == nil {
+		b.Bootstraps.Release(key)
 		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.WaitingForLaunchReason, "Waiting for the container to run")
 		return ctrl.Result{}, nil
 	}
+	if s.Container.State != container.StateRunning {
+		// Marks can be read from a stopped container, but an attempt
+		// cannot run in it; Launch and Liveness report the state. A run
+		// cut short by the stop shows as interrupted once it runs again.
+		return ctrl.Result{RequeueAfter: bootstrapPoll}, nil
+	}
 
-	key := client.ObjectKeyFromObject(cm)
+	name := s.Container.Name
+	r, err := readRun(ctx, b.Runtime, name)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("failed to read the bootstrap marks of ContainerMachine %s: %w", key, err)
+	}
 	timeout := DefaultBootstrapTimeout
 	if d := cm.Spec.Lifecycle.BootstrapTimeout; d != nil {
 		timeout = d.Duration
 	}
-	known, done, runErr := b.Bootstraps.Status(key)
-	switch {
-	case known && done:
-		b.Bootstraps.Forget(key)
-		return b.finished(s, now, runErr, timeout)
-	case known:
-		elapsed, _ := since(cm, now, infrav1.BootstrappedCondition)
-		if elapsed >= timeout {
-			b.Bootstraps.Forget(key)
-			return b.finished(s, now, context.DeadlineExceeded, timeout)
+	switch r.state {
+	case runNone:
+		// Machines bootstrapped before CAPCT left marks only have the
+		// sentinel (on /run: it does not survive a container restart).
+		if _, err := b.Runtime.ReadFile(ctx, name, provisioning.SentinelPath); err == nil {
+			return b.succeeded(s, now)
+		} else if !container.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("failed to look for the bootstrap sentinel of ContainerMachine %s: %w", key, err)
 		}
-		return ctrl.Result{RequeueAfter: min(bootstrapPoll, timeout-elapsed)}, nil
+		return b.startFirst(ctx, s, now, timeout)
+	case runLaunched, runRunning:
+		b.Bootstraps.Hold(key)
+		return b.watch(ctx, s, now, timeout, r)
+	case runEnded:
+		if r.exit.Code == 0 {
+			return b.succeeded(s, now)
+		}
+		f, err := readFailure(ctx, b.Runtime, name, r)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("failed to read how bootstrap attempt %d of ContainerMachine %s failed: %w", r.attempt, key, err)
+		}
+		return b.failed(ctx, s, now, timeout, r.attempt, f)
+	case runInterrupted:
+		return b.failed(ctx, s, now, timeout, r.attempt, attemptFailure{Exit: provisioning.Exit{Code: 1, Where: whereInterrupted}})
 	}
+	return ctrl.Result{}, fmt.Errorf("unknown bootstrap state %d of ContainerMachine %s", r.state, key)
+}
 
-	// No run in memory: either it never started, or the manager restarted.
-	// The sentinel tells whether an earlier run finished.
-	if _, err := b.Runtime.ReadFile(ctx, s.Container.Name, provisioning.SentinelPath); err == nil {
-		return b.finished(s, now, nil, timeout)
-	} else if !container.IsNotFound(err) {
-		return ctrl.Result{}, fmt.Errorf("failed to look for the bootstrap sentinel of ContainerMachine %s: %w", key, err)
+// timeLeft is how much of the bootstrap timeout is left; the timeout
+// counts from Bootstrapped turning Unknown, the start of the first attempt.
+func timeLeft(cm *infrav1.ContainerMachine, now time.Time, timeout time.Duration) time.Duration {
+	elapsed, _ := since(cm, now, infrav1.BootstrappedCondition)
+	return timeout - elapsed
+}
+
+// startFirst starts attempt 1 once the machine holds a slot.
+func (b *Bootstrap) startFirst(ctx context.Context, s *MachineScope, now time.Time, timeout time.Duration) (ctrl.Result, error) {
+	cm := s.ContainerMachine
+	key := client.ObjectKeyFromObject(cm)
+	ok, usage := b.Bootstraps.Acquire(key)
+	if !ok {
+		msg := fmt.Sprintf("Waiting for a bootstrap slot: %d of %d bootstraps in flight on this host (--max-concurrent-bootstraps)", usage.InFlight, usage.Limit)
+		if usage.Ahead > 0 {
+			msg += fmt.Sprintf(", %d machines ahead", usage.Ahead)
+		}
+		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionFalse, WaitingForBootstrapSlotReason, msg)
+		return ctrl.Result{RequeueAfter: slotPoll}, nil
 	}
+	if !conditions.IsUnknown(cm, infrav1.BootstrappedCondition) || conditions.Get(cm, infrav1.BootstrappedCondition) == nil {
+		// Unknown marks the start of the first attempt: the timeout
+		// counts from its transition time.
+		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionUnknown, infrav1.InProgressReason,
+			fmt.Sprintf("Running the bootstrap data (attempt 1 of %d)", MaxBootstrapAttempts))
+	}
+	left := timeLeft(cm, now, timeout)
+	if left <= 0 {
+		return b.timedOut(ctx, s, now, timeout, runState{})
+	}
+	res, started, err := b.start(ctx, s, now, 1, left)
+	if started {
+		b.Recorder.Eventf(cm, corev1.EventTypeNormal, "Bootstrapping", "Running the bootstrap data in container %s", s.Container.Name)
+	}
+	return res, err
+}
 
+// start plans the bootstrap data and starts attempt n on the runner; started
+// tells whether it started a job (not one that ran already).
+func (b *Bootstrap) start(ctx context.Context, s *MachineScope, now time.Time, n int, left time.Duration) (res ctrl.Result, started bool, err error) {
+	cm := s.ContainerMachine
+	key := client.ObjectKeyFromObject(cm)
 	steps, err := b.plan(ctx, s)
 	if err != nil {
 		var invalid *InvalidSpecError
 		if errors.As(err, &invalid) {
+			b.Bootstraps.Forget(key)
 			setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.InvalidSpecReason, err.Error())
 			b.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.InvalidSpecReason, err.Error())
-			return ctrl.Result{}, nil
+			return ctrl.Result{}, false, nil
 		}
-		return ctrl.Result{}, err
+		return ctrl.Result{}, false, err
 	}
-	if !conditions.IsUnknown(cm, infrav1.BootstrappedCondition) || conditions.Get(cm, infrav1.BootstrappedCondition) == nil {
-		// Unknown marks the start of the run: the timeout counts from it.
-		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionUnknown, infrav1.InProgressReason, "Running the bootstrap data")
+	st := &stager{runtime: b.Runtime, container: s.Container.Name, owner: s.Owner(), attempt: n, files: provisioning.Script(steps)}
+	if n == 1 {
+		st.preload = cm.Spec.PreLoadImages
 	}
-	elapsed, _ := since(cm, now, infrav1.BootstrappedCondition)
-	exec := &executor{runtime: b.Runtime, container: s.Container.Name, owner: s.Owner(), preload: cm.Spec.PreLoadImages, steps: steps}
-	// The run's own deadline is wall-clock time: it bounds a real process.
-	// The decision that the phase timed out above uses the injected clock.
-	b.Bootstraps.Start(key, time.Now().Add(timeout-elapsed), exec.run)
-	b.Recorder.Eventf(cm, corev1.EventTypeNormal, "Bootstrapping", "Running %d bootstrap steps in container %s", len(steps), s.Container.Name)
-	return ctrl.Result{RequeueAfter: min(bootstrapPoll, timeout)}, nil
+	// The run's deadline is wall-clock time: it bounds real work. The
+	// decision that the bootstrap timed out uses the injected clock.
+	started, err = b.Bootstraps.Run(key, n, time.Now().Add(left), st.launch, exitMarked(b.Runtime, s.Container.Name, n))
+	if err != nil {
+		return ctrl.Result{}, false, fmt.Errorf("failed to start bootstrap attempt %d of ContainerMachine %s: %w", n, key, err)
+	}
+	return ctrl.Result{RequeueAfter: min(bootstrapPoll, left)}, started, nil
 }
 
-// finished records the outcome of a run. A failed or timed out bootstrap is
-// final: kubeadm cannot be re-run safely on a half-initialised node, so the
-// machine must be replaced.
-func (b *Bootstrap) finished(s *MachineScope, now time.Time, err error, timeout time.Duration) (ctrl.Result, error) {
+// watch follows an attempt that was launched or is running: it launches it
+// again when it was never claimed (launching twice is harmless: only one
+// run claims an attempt), and times it out.
+func (b *Bootstrap) watch(ctx context.Context, s *MachineScope, now time.Time, timeout time.Duration, r runState) (ctrl.Result, error) {
 	cm := s.ContainerMachine
-	switch {
-	case err == nil:
-		if elapsed, ok := since(cm, now, infrav1.BootstrappedCondition); ok {
-			bootstrapDuration.Observe(elapsed.Seconds())
-		}
-		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
-		b.Recorder.Event(cm, corev1.EventTypeNormal, "Bootstrapped", "Bootstrap data ran to completion")
-	case errors.Is(err, context.DeadlineExceeded):
-		msg := fmt.Sprintf("Bootstrap did not finish within %s", timeout)
-		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.TimedOutReason, msg)
-		b.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.TimedOutReason, msg)
-	default:
-		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.BootstrapFailedReason, err.Error())
-		b.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.BootstrapFailedReason, err.Error())
+	key := client.ObjectKeyFromObject(cm)
+	left := timeLeft(cm, now, timeout)
+	if !conditions.IsUnknown(cm, infrav1.BootstrappedCondition) {
+		// A run the marks show but the status does not (status lost, as
+		// after clusterctl move): the timeout counts from now.
+		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionUnknown, infrav1.InProgressReason,
+			fmt.Sprintf("Running the bootstrap data (attempt %d of %d)", r.attempt, MaxBootstrapAttempts))
+		left = timeout
 	}
+	if left <= 0 {
+		return b.timedOut(ctx, s, now, timeout, r)
+	}
+	var launch func(context.Context) error
+	if r.state == runLaunched {
+		st := &stager{runtime: b.Runtime, container: s.Container.Name, owner: s.Owner(), attempt: r.attempt}
+		launch = st.start
+	}
+	if _, err := b.Bootstraps.Run(key, r.attempt, time.Now().Add(left), launch, exitMarked(b.Runtime, s.Container.Name, r.attempt)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("failed to follow bootstrap attempt %d of ContainerMachine %s: %w", r.attempt, key, err)
+	}
+	return ctrl.Result{RequeueAfter: min(bootstrapPoll, left)}, nil
+}
+
+// failed decides what follows a failed attempt: the next attempt when the
+// failure may pass and attempts and time are left, else a terminal failure.
+func (b *Bootstrap) failed(ctx context.Context, s *MachineScope, now time.Time, timeout time.Duration, n int, f attemptFailure) (ctrl.Result, error) {
+	cm := s.ContainerMachine
+	key := client.ObjectKeyFromObject(cm)
+	b.Bootstraps.Hold(key)
+	msg := f.summary(n, MaxBootstrapAttempts)
+	left := timeLeft(cm, now, timeout)
+	switch {
+	case !retryable(f):
+		msg += ". This failure cannot pass on a retry"
+	case n >= MaxBootstrapAttempts:
+		msg += ". No attempts are left"
+	case left <= 0:
+		msg += fmt.Sprintf(". No time is left to retry within %s", timeout)
+	default:
+		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionUnknown, infrav1.InProgressReason,
+			fmt.Sprintf("%s; retrying (attempt %d of %d)", msg, n+1, MaxBootstrapAttempts))
+		// The marks of attempt n are read again until attempt n+1 is
+		// staged: the event goes with the start of the job, once.
+		res, started, err := b.start(ctx, s, now, n+1, left)
+		if started {
+			b.Recorder.Event(cm, corev1.EventTypeWarning, "BootstrapRetry", msg)
+		}
+		return res, err
+	}
+	b.Bootstraps.Forget(key)
+	setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.BootstrapFailedReason, msg)
+	b.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.BootstrapFailedReason, msg)
+	return ctrl.Result{}, nil
+}
+
+// succeeded marks the machine bootstrapped.
+func (b *Bootstrap) succeeded(s *MachineScope, now time.Time) (ctrl.Result, error) {
+	cm := s.ContainerMachine
+	b.Bootstraps.Forget(client.ObjectKeyFromObject(cm))
+	if elapsed, ok := since(cm, now, infrav1.BootstrappedCondition); ok && conditions.IsUnknown(cm, infrav1.BootstrappedCondition) {
+		bootstrapDuration.Observe(elapsed.Seconds())
+	}
+	setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
+	b.Recorder.Event(cm, corev1.EventTypeNormal, "Bootstrapped", "Bootstrap data ran to completion")
+	return ctrl.Result{}, nil
+}
+
+// timedOut marks the machine failed for good and stops a run that is still
+// going, so that it stops using the host.
+func (b *Bootstrap) timedOut(ctx context.Context, s *MachineScope, now time.Time, timeout time.Duration, r runState) (ctrl.Result, error) {
+	cm := s.ContainerMachine
+	b.Bootstraps.Forget(client.ObjectKeyFromObject(cm))
+	if r.state == runRunning && r.pid > 0 {
+		// Best effort: the machine is failed whether or not this works.
+		_, _ = b.Runtime.Exec(ctx, s.Container.Name, s.Owner(), container.ExecInput{
+			Cmd:     []string{"/bin/sh", "-c", `kill -TERM -"$1" 2>/dev/null || kill -TERM "$1"`, "capct-stop", strconv.Itoa(r.pid)},
+			Timeout: bootstrapExecTimeout,
+		})
+	}
+	msg := fmt.Sprintf("Bootstrap did not finish within %s", timeout)
+	if r.attempt > 0 {
+		msg += fmt.Sprintf(" (attempt %d of %d)", r.attempt, MaxBootstrapAttempts)
+	}
+	setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.TimedOutReason, msg)
+	b.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.TimedOutReason, msg)
 	return ctrl.Result{}, nil
 }
 
@@ -146,25 +301,123 @@ func (b *Bootstrap) plan(ctx context.Context, s *MachineScope) ([]provisioning.S
 	return steps, nil
 }
 
-// executor runs a plan inside a container.
-type executor struct {
+// runStates of a machine's bootstrap, as its marks show them.
+const (
+	// runNone: no attempt was asked for.
+	runNone = iota
+	// runLaunched: attempt n was asked for but not claimed yet.
+	runLaunched
+	// runRunning: attempt n runs in this boot of the container.
+	runRunning
+	// runEnded: attempt n wrote its exit mark.
+	runEnded
+	// runInterrupted: attempt n started but the container restarted
+	// before it ended.
+	runInterrupted
+)
+
+// runState is what the marks in the container say.
+type runState struct {
+	state   int
+	attempt int
+	exit    provisioning.Exit
+	// pid is the running attempt's process (group).
+	pid int
+}
+
+// readRun reads the marks of the latest attempt, cheapest first: the
+// attempt number, its exit mark, its start mark and its alive mark.
+func readRun(ctx context.Context, rt container.Runtime, name string) (runState, error) {
+	b, err := rt.ReadFile(ctx, name, provisioning.AttemptPath)
+	if container.IsNotFound(err) {
+		return runState{state: runNone}, nil
+	}
+	if err != nil {
+		return runState{}, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 1 {
+		// Written by WriteFile in one piece; anything else is not ours.
+		return runState{}, fmt.Errorf("%s holds %q, not an attempt number", provisioning.AttemptPath, b)
+	}
+	marks := provisioning.Marks(n)
+	r := runState{attempt: n}
+	if b, err := rt.ReadFile(ctx, name, marks.Exit); err == nil {
+		if exit, ok := provisioning.ParseExit(b); ok {
+			r.state, r.exit = runEnded, exit
+			return r, nil
+		}
+	} else if !container.IsNotFound(err) {
+		return runState{}, err
+	}
+	started, err := rt.ReadFile(ctx, name, marks.Started)
+	if container.IsNotFound(err) {
+		r.state = runLaunched
+		return r, nil
+	}
+	if err != nil {
+		return runState{}, err
+	}
+	r.pid, _ = strconv.Atoi(strings.TrimSpace(string(started)))
+	if _, err := rt.ReadFile(ctx, name, marks.Alive); container.IsNotFound(err) {
+		r.state = runInterrupted
+		return r, nil
+	} else if err != nil {
+		return runState{}, err
+	}
+	r.state = runRunning
+	return r, nil
+}
+
+// readFailure reads what a failed attempt left besides its exit mark.
+func readFailure(ctx context.Context, rt container.Runtime, name string, r runState) (attemptFailure, error) {
+	f := attemptFailure{Exit: r.exit}
+	marks := provisioning.Marks(r.attempt)
+	for path, into := range map[string]*string{marks.Output: &f.Output, marks.Diagnostics: &f.Diagnostics} {
+		b, err := rt.ReadFile(ctx, name, path)
+		if err != nil && !container.IsNotFound(err) {
+			return attemptFailure{}, err
+		}
+		*into = string(b)
+	}
+	return f, nil
+}
+
+// exitMarked returns a watch that ends when attempt n's exit mark is there.
+func exitMarked(rt container.Runtime, name string, n int) func(context.Context) (bool, error) {
+	path := provisioning.Marks(n).Exit
+	return func(ctx context.Context) (bool, error) {
+		b, err := rt.ReadFile(ctx, name, path)
+		if container.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		_, ok := provisioning.ParseExit(b)
+		return ok, nil
+	}
+}
+
+// stager puts attempt n of a bootstrap into a container and starts it. All
+// its engine calls are here.
+type stager struct {
 	runtime   container.Runtime
 	container string
 	owner     container.Owner
-	preload   []string
-	steps     []provisioning.Step
+	attempt   int
+	// files are the staged run (provisioning.Script); nil when it is in
+	// the container already and only the launch is left.
+	files   []provisioning.StagedFile
+	preload []string
 }
 
-// prepare waits for the node's init system to finish starting services
-// (containerd among them), so that kubeadm does not run before its runtime
-// is up (CAPI#2223); images without systemd go straight on. Right after the
-// container starts, systemctl cannot reach systemd yet and `--wait` returns
-// at once ("offline"), so it is asked again each second until boot is over
-// (running, or degraded when some unit failed), for at most five minutes.
-// It also makes the sentinel's folder: /run is a fresh tmpfs in a node
-// container, where cloud-init would have made it.
-var prepare = []string{"/bin/sh", "-c", `mkdir -p /run/cluster-api
-command -v systemctl >/dev/null 2>&1 || exit 0
+// waitForBoot waits for the node's init system to finish starting
+// services, containerd among them, before images are imported into it;
+// images without systemd go straight on. Right after the container starts
+// systemctl cannot reach systemd yet and `--wait` returns at once, so it is
+// asked again each second, for at most five minutes.
+var waitForBoot = []string{"/bin/sh", "-c", `command -v systemctl >/dev/null 2>&1 || exit 0
 i=0
 while [ $i -lt 300 ]; do
   case "$(systemctl is-system-running --wait 2>/dev/null)" in running|degraded) exit 0 ;; esac
@@ -172,78 +425,38 @@ while [ $i -lt 300 ]; do
   sleep 1
 done`}
 
-func (e *executor) run(ctx context.Context) error {
-	if err := e.exec(ctx, "prepare for bootstrap", prepare, nil); err != nil {
-		return err
-	}
-	if len(e.preload) > 0 {
-		if err := container.PreloadImages(ctx, e.runtime, e.container, e.owner, e.preload); err != nil {
-			return fmt.Errorf("failed to preload images into %s: %w", e.container, err)
+// launch preloads images (first attempt only), writes the staged run, then
+// the attempt mark, and starts the attempt. The order matters: an attempt
+// mark is only ever written once the run it starts is in place.
+func (st *stager) launch(ctx context.Context) error {
+	if len(st.preload) > 0 {
+		if _, err := st.runtime.Exec(ctx, st.container, st.owner, container.ExecInput{Cmd: waitForBoot, Timeout: bootWaitTimeout}); err != nil {
+			return fmt.Errorf("failed to wait for the init system of %s: %w", st.container, err)
+		}
+		if err := container.PreloadImages(ctx, st.runtime, st.container, st.owner, st.preload); err != nil {
+			return fmt.Errorf("failed to preload images into %s: %w", st.container, err)
 		}
 	}
-	for _, step := range e.steps {
-		if step.File != nil {
-			if err := e.writeFile(ctx, step.File); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := e.exec(ctx, step.Description, step.Command, nil); err != nil {
-			return err
+	for _, f := range st.files {
+		if err := st.runtime.WriteFile(ctx, st.container, st.owner, f.Path, f.Content, f.Mode); err != nil {
+			return fmt.Errorf("failed to stage the bootstrap of %s: %w", st.container, err)
 		}
 	}
-	if _, err := e.runtime.ReadFile(ctx, e.container, provisioning.SentinelPath); err != nil {
-		return fmt.Errorf("bootstrap data ran but did not write %s: %w", provisioning.SentinelPath, err)
+	if err := st.runtime.WriteFile(ctx, st.container, st.owner, provisioning.AttemptPath, []byte(strconv.Itoa(st.attempt)+"\n"), 0o600); err != nil {
+		return fmt.Errorf("failed to mark bootstrap attempt %d in %s: %w", st.attempt, st.container, err)
 	}
-	return nil
+	return st.start(ctx)
 }
 
-func (e *executor) writeFile(ctx context.Context, f *provisioning.File) error {
-	content := f.Content
-	if f.Append {
-		existing, err := e.runtime.ReadFile(ctx, e.container, f.Path)
-		if err != nil && !container.IsNotFound(err) {
-			return fmt.Errorf("failed to read %s in %s to append to it: %w", f.Path, e.container, err)
-		}
-		content = append(existing, content...)
-	}
-	if err := e.runtime.WriteFile(ctx, e.container, e.owner, f.Path, content, f.Mode); err != nil {
-		return fmt.Errorf("failed to write %s in %s: %w", f.Path, e.container, err)
-	}
-	if f.Owner != "" && f.Owner != "root" && f.Owner != "root:root" {
-		return e.exec(ctx, "chown "+f.Path, []string{"chown", f.Owner, f.Path}, nil)
-	}
-	return nil
-}
-
-func (e *executor) exec(ctx context.Context, what string, cmd []string, stdin []byte) error {
-	in := container.ExecInput{Cmd: cmd}
-	if stdin != nil {
-		in.Stdin = bytes.NewReader(stdin)
-	}
-	res, err := e.runtime.Exec(ctx, e.container, e.owner, in)
+// start starts the staged attempt, detached; a second start of the same
+// attempt exits at once.
+func (st *stager) start(ctx context.Context) error {
+	res, err := st.runtime.Exec(ctx, st.container, st.owner, container.ExecInput{Cmd: provisioning.LaunchCommand(st.attempt), Timeout: bootstrapExecTimeout})
 	if err != nil {
-		return fmt.Errorf("failed to %s in %s: %w", what, e.container, err)
+		return fmt.Errorf("failed to start bootstrap attempt %d in %s: %w", st.attempt, st.container, err)
 	}
 	if res.ExitCode != 0 {
-		return fmt.Errorf("failed to %s in %s: exit code %d: %s", what, e.container, res.ExitCode, tail(res.Stderr, res.Stdout))
+		return fmt.Errorf("failed to start bootstrap attempt %d in %s: exit code %d: %s", st.attempt, st.container, res.ExitCode, tail(res.Stderr, res.Stdout))
 	}
 	return nil
-}
-
-// tail keeps the end of a command's output for a condition message: the
-// cause of a kubeadm failure is in its last lines.
-func tail(outputs ...[]byte) string {
-	const keep = 1024
-	for _, out := range outputs {
-		s := strings.TrimSpace(string(out))
-		if s == "" {
-			continue
-		}
-		if len(s) > keep {
-			s = "…" + s[len(s)-keep:]
-		}
-		return s
-	}
-	return "no output"
 }

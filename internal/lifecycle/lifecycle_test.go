@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -84,8 +85,9 @@ func newEnv(t *testing.T, bootstrapData string) *env {
 		WorkloadClient: func(context.Context, client.ObjectKey) (client.Client, error) {
 			return e.workload, nil
 		},
-		Bootstraps: NewBootstrapRunner(ctx, func(k types.NamespacedName) { e.finished <- k }),
+		Bootstraps: NewBootstrapRunner(ctx, clock.RealClock{}, 0, func(k types.NamespacedName) { e.finished <- k }),
 	}
+	e.deps.Bootstraps.poll = 10 * time.Millisecond
 	if _, err := e.runtime.EnsureNetwork(ctx, container.NetworkSpec{Name: "capct-c1", Owner: clusterOwner, IPFamily: container.IPv4}); err != nil {
 		t.Fatal(err)
 	}

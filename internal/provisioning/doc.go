@@ -4,10 +4,13 @@
 //
 // CAPCT's machines are containers: they run no cloud-init and no Ignition, so
 // CAPCT interprets the bootstrap data itself, the way CAPD does. This package
-// is pure: it does no I/O and knows nothing about container runtimes. The
-// executor (elsewhere) writes each File step with the runtime's WriteFile and
-// runs each Command step with Exec, in order, stopping at the first failure,
-// and then checks for SentinelPath.
+// is pure: it does no I/O and knows nothing about container runtimes. Script
+// renders the steps as the files of one detached run (staged file contents
+// and a shell script) that writes each file and runs each command in the
+// node, in order, stopping at the first failure, then checks for
+// SentinelPath; Marks, ParseExit and LaunchCommand are the rest of the
+// contract between that run and the Bootstrap phase that starts it and
+// reads its marks.
 //
 // # Supported input
 //

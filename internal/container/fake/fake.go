@@ -2,7 +2,8 @@
 // It is safe for concurrent use, assigns addresses from each network's derived
 // subnet, runs Exec through a pluggable handler, streams events, and lets
 // tests inject failures (FailNext) and remove containers out of band
-// (RemoveOutOfBand).
+// (RemoveOutOfBand). CAPCT's detached bootstrap runs are acted out without a
+// shell (see Exec).
 package fake
 
 import (
@@ -24,6 +25,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/provisioning"
 )
 
 // Op names a Runtime method for FailNext.
@@ -626,8 +628,10 @@ func (r *Runtime) List(ctx context.Context, labelSelector map[string]string) ([]
 
 // Exec implements container.Runtime. It records the call, then asks the
 // handler (SetExecHandler), then the built-ins: true, false, echo, cat (of
-// written files, or of stdin), test -f/-e/-d, sleep (honours the timeout) and
-// `sh -c "exit N"`; anything else exits 0 with no output.
+// written files, or of stdin), test -f/-e/-d, sleep (honours the timeout),
+// `sh -c "exit N"` and CAPCT's bootstrap launch (provisioning.LaunchCommand),
+// which returns at once and acts out the staged script on a goroutine (see
+// runBootstrap); anything else exits 0 with no output.
 func (r *Runtime) Exec(ctx context.Context, name string, owner container.Owner, in container.ExecInput) (container.ExecResult, error) {
 	// Only the program is named, as by the Docker runtime: the arguments of
 	// `sh -c` are a script.
@@ -675,6 +679,12 @@ func (r *Runtime) Exec(ctx context.Context, name string, owner container.Owner, 
 
 func (r *Runtime) builtin(ctx context.Context, op, name string, files map[string][]byte, in container.ExecInput, stdin []byte) (container.ExecResult, error) {
 	args := in.Cmd
+	if n, ok := provisioning.ParseLaunchCommand(args); ok {
+		// Detached, as setsid makes it in a real container: the exec
+		// returns at once and the run goes on by itself.
+		go r.runBootstrap(name, n)
+		return container.ExecResult{}, nil
+	}
 	switch args[0] {
 	case "true":
 		return container.ExecResult{}, nil
@@ -741,6 +751,128 @@ func (r *Runtime) builtin(ctx context.Context, op, name string, files map[string
 		}
 	}
 	return container.ExecResult{}, nil
+}
+
+// runBootstrap acts as attempt n of the bootstrap script staged in the
+// container (provisioning.Script) would, without a shell: it marks the
+// attempt alive, claims it once, writes the files (appends start from the
+// content before the first attempt), runs each command through Exec (so
+// the handler sees it and ExecCalls records it), checks the sentinel and
+// writes the exit mark. Waiting for systemd and the CRI, undoing an earlier
+// attempt and collecting diagnostics need a real node and are left out.
+func (r *Runtime) runBootstrap(name string, n int) {
+	marks := provisioning.Marks(n)
+	script, ok := r.claimBootstrap(name, marks)
+	if !ok {
+		return
+	}
+	finish := func(e provisioning.Exit, output []byte) {
+		if output != nil {
+			r.setFile(name, marks.Output, output)
+		}
+		if e.Code == 0 {
+			r.removeFiles(name, provisioning.RunDir+"/files/", provisioning.ScriptPath)
+		}
+		r.setFile(name, marks.Exit, []byte(e.String()))
+	}
+	steps, err := provisioning.ParseScript(script)
+	if err != nil {
+		finish(provisioning.Exit{Code: 2, Where: provisioning.WhereStep, Step: 1, Label: "run.sh"}, []byte(err.Error()))
+		return
+	}
+	for _, st := range steps {
+		if f := st.File; f != nil {
+			content, ok := r.file(name, st.Staged)
+			if !ok {
+				finish(provisioning.Exit{Code: 1, Where: provisioning.WhereFile, Step: st.Index, Label: st.Label}, []byte("no staged content "+st.Staged))
+				return
+			}
+			if f.Append {
+				before, ok := r.file(name, st.Staged+".before")
+				if !ok {
+					before, _ = r.file(name, f.Path)
+					r.setFile(name, st.Staged+".before", before)
+				}
+				content = append(bytes.Clone(before), content...)
+			}
+			r.setFile(name, f.Path, content)
+			continue
+		}
+		// The script runs inside the container, as its own owner.
+		m, err := r.Inspect(context.Background(), name)
+		if err != nil {
+			return // The container is gone: so is the run.
+		}
+		res, err := r.Exec(context.Background(), name, container.OwnerOf(m.Labels), container.ExecInput{Cmd: st.Command})
+		if err != nil {
+			return // The container is gone or stopped: so is the run.
+		}
+		out := append(bytes.Clone(res.Stdout), res.Stderr...)
+		if res.ExitCode != 0 {
+			finish(provisioning.Exit{Code: res.ExitCode, Where: provisioning.WhereStep, Step: st.Index, Label: st.Label}, out)
+			return
+		}
+		r.setFile(name, marks.Output, out)
+	}
+	if _, ok := r.file(name, provisioning.SentinelPath); !ok {
+		finish(provisioning.Exit{Code: 1, Where: provisioning.WhereSentinel, Label: "the bootstrap data"}, nil)
+		return
+	}
+	finish(provisioning.Exit{Where: provisioning.WhereDone, Label: "the bootstrap data"}, nil)
+}
+
+// claimBootstrap marks the attempt alive and claims it, at most once, as
+// the script's mkdir does; it returns the staged script.
+func (r *Runtime) claimBootstrap(name string, marks provisioning.AttemptMarks) ([]byte, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.containers[name]
+	if !ok || c.m.State != container.StateRunning {
+		return nil, false
+	}
+	c.files[marks.Alive] = []byte{}
+	if _, claimed := c.files[marks.Started]; claimed {
+		return nil, false
+	}
+	c.files[marks.Started] = []byte("1\n")
+	return bytes.Clone(c.files[provisioning.ScriptPath]), true
+}
+
+func (r *Runtime) file(name, p string) ([]byte, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.containers[name]
+	if !ok {
+		return nil, false
+	}
+	b, ok := c.files[path.Clean(p)]
+	return bytes.Clone(b), ok
+}
+
+func (r *Runtime) setFile(name, p string, b []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.containers[name]; ok {
+		c.files[path.Clean(p)] = bytes.Clone(b)
+	}
+}
+
+// removeFiles removes the files under each prefix ending in "/" and each
+// other path.
+func (r *Runtime) removeFiles(name string, paths ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.containers[name]
+	if !ok {
+		return
+	}
+	for f := range c.files {
+		for _, p := range paths {
+			if f == p || (strings.HasSuffix(p, "/") && strings.HasPrefix(f, p)) {
+				delete(c.files, f)
+			}
+		}
+	}
 }
 
 // WriteFile implements container.Runtime.

@@ -65,6 +65,10 @@ type Reconciler struct {
 	// HostCapacity holds launches while the container host's limits leave
 	// no room for another node; nil admits every launch.
 	HostCapacity lifecycle.HostCapacity
+	// MaxConcurrentBootstraps bounds the bootstraps in flight on the host;
+	// 0 means no bound. Machines over it wait with Bootstrapped False,
+	// WaitingForBootstrapSlot.
+	MaxConcurrentBootstraps int
 
 	lifecycle   *lifecycle.Machine
 	termination *lifecycle.Termination
@@ -92,7 +96,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Clock:          r.Clock,
 		Recorder:       mgr.GetEventRecorderFor("containermachine-controller"),
 		WorkloadClient: r.WorkloadClient,
-		Bootstraps:     lifecycle.NewBootstrapRunner(ctx, r.wake),
+		Bootstraps:     lifecycle.NewBootstrapRunner(ctx, clock.RealClock{}, r.MaxConcurrentBootstraps, r.wake),
 		PodCIDRs:       r.PodCIDRs,
 		HostCapacity:   r.HostCapacity,
 	}
