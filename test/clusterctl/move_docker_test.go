@@ -100,8 +100,8 @@ func TestMoveKeepsTheClustersContainers(t *testing.T) {
 		// Owned, so that move takes it along, as it takes a KubeadmConfig's.
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name + "-bootstrap", Labels: map[string]string{clusterv1.ClusterNameLabel: name},
 			OwnerReferences: []metav1.OwnerReference{ownerRef(cluster, clusterv1.GroupVersion.String(), "Cluster")}},
-		Data:       map[string][]byte{"value": []byte(moveBootstrap), "format": []byte("cloud-config")},
-		Type:       clusterv1.ClusterSecretType,
+		Data: map[string][]byte{"value": []byte(moveBootstrap), "format": []byte("cloud-config")},
+		Type: clusterv1.ClusterSecretType,
 	})).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(c.Get(ctx, crclient.ObjectKeyFromObject(containerCluster), containerCluster)).To(Succeed())
