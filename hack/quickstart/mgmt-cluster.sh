@@ -90,13 +90,34 @@ derived_subnet() {
   echo "172.$((16 + (n >> 4))).$(((n & 15) << 4)).0/20"
 }
 
-# create_network: the bridge network, on the first derived subnet the engine
-# accepts, with the upper half of it as the engine's range for dynamic
+# overlaps_existing SUBNET: true when an existing network's IPv4 subnet
+# overlaps SUBNET. Checked before creating: Docker 20.10's bridge driver may
+# treat a new network that conflicts with the default bridge docker0
+# (172.17.0.0/16) as proof that docker0 is stale, and delete it.
+overlaps_existing() {
+  local base=${1%/*} bits=${1#*/} other obase obits shortest mask ids
+  mapfile -t ids < <(docker network ls -q)
+  ((${#ids[@]} > 0)) || return 1
+  while read -r other; do
+    [[ "$other" =~ ^[0-9.]+/[0-9]+$ ]] || continue
+    obase=${other%/*} obits=${other#*/}
+    shortest=$((bits < obits ? bits : obits))
+    mask=$(((0xffffffff << (32 - shortest)) & 0xffffffff))
+    (((($(ip2int "$base") ^ $(ip2int "$obase")) & mask) == 0)) && return 0
+  done < <(docker network inspect -f '{{range .IPAM.Config}}{{println .Subnet}}{{end}}' "${ids[@]}")
+  return 1
+}
+
+# create_network: the bridge network, on the first derived subnet that no
+# network uses, with the upper half of it as the engine's range for dynamic
 # addresses (the lower half is for fixed ones: this node's and CAPCT's).
 create_network() {
   local attempt subnet base out
   for attempt in 0 1 2 3 4; do
     subnet=$(derived_subnet "$network" "$attempt")
+    if overlaps_existing "$subnet"; then
+      continue
+    fi
     base=$(ip2int "${subnet%/*}")
     if out=$(docker network create --driver bridge --label "$label" \
       --subnet "$subnet" --gateway "$(int2ip $((base + 1)))" --ip-range "$(int2ip $((base + 2048)))/21" \

@@ -208,26 +208,27 @@ nodes_ready() {
   [[ "$counts" == "$((1 + want_md + want_mp)) $((1 + want_md + want_mp)) $want_md $want_mp" ]]
 }
 
-# wait_for_nodes MD MP: waits for nodes_ready, printing machine phases, and
-# dies naming the containers of the cluster that stay stopped (after an
-# engine restart, those the engine did not restart and CAPCT did not start).
+# wait_for_nodes MD MP: waits for nodes_ready, printing machine phases.
+# After an engine restart it dies saying what is broken and what to run,
+# rather than waiting out the timeout: when containers of the cluster stay
+# stopped for 90 s (neither the engine nor CAPCT starts them), or run for
+# 90 s on another address than the one their machine was provisioned on
+# (their kubelets, API server and etcd were set up on the old one).
 wait_for_nodes() {
-  local deadline=$((SECONDS + timeout))
-  declare -A stopped_since=()
-  local name stuck
+  local deadline=$((SECONDS + timeout)) name detail
+  declare -A since=()
+  local stuck=()
   until nodes_ready "$1" "$2"; do
     print_phases
     stuck=()
-    while read -r name; do
+    while read -r name detail; do
       [[ -n "$name" ]] || continue
-      : "${stopped_since[$name]:=$SECONDS}"
-      ((SECONDS - stopped_since[$name] < 90)) || stuck+=("$name")
-    done < <(stopped_containers)
+      : "${since[$name]:=$SECONDS}"
+      ((SECONDS - since[$name] < 90)) || stuck+=("$name: $detail")
+    done < <(stopped_containers; moved_containers)
     if ((${#stuck[@]} > 0)); then
-      for name in "${stuck[@]}"; do
-        log "container $name: $(docker inspect -f '{{.State.Status}} since {{.State.FinishedAt}}, exit code {{.State.ExitCode}}, restart policy {{.HostConfig.RestartPolicy.Name}}' "$name")"
-      done
-      die "the containers above of Cluster $cluster have been stopped for 90s and neither the engine nor CAPCT starts them; 'docker start ${stuck[*]}' may bring the cluster back, else run 'make quickstart-down' (it removes everything labelled), then 'make quickstart'"
+      printf '%s\n' "${stuck[@]}" | while read -r line; do log "container $line"; done
+      die "Cluster $cluster cannot come back by itself: its containers above have been stopped, or on an address other than their machine's, for 90s; 'docker start' may help a stopped one; else run 'make quickstart-down' (it removes everything labelled), then 'make quickstart'"
     fi
     ((SECONDS < deadline)) || die "timed out after ${timeout}s waiting for 1+$1+$2 Ready nodes"
     sleep 2
@@ -235,11 +236,29 @@ wait_for_nodes() {
   print_phases
 }
 
-# stopped_containers: the names of the cluster's containers that CAPCT made
-# and that are not running.
+# stopped_containers: "NAME DETAIL" for each container of the cluster that
+# CAPCT made and that is not running.
 stopped_containers() {
-  docker ps -a --filter "label=io.x-k8s.capct.cluster=$cluster" --format '{{.Names}} {{.State}}' |
-    awk '$2 != "running" {print $1}'
+  local name
+  docker ps -a --filter "label=io.x-k8s.capct.cluster=$cluster" --filter status=exited --filter status=created \
+    --filter status=dead --format '{{.Names}}' | while read -r name; do
+    echo "$name $(docker inspect -f '{{.State.Status}} since {{.State.FinishedAt}}, exit code {{.State.ExitCode}}, restart policy {{.HostConfig.RestartPolicy.Name}}' "$name" 2>/dev/null)"
+  done
+}
+
+# moved_containers: "NAME DETAIL" for each running machine container whose
+# address is not the InternalIP its ContainerMachine recorded.
+moved_containers() {
+  local name recorded current
+  kmgmt get containermachines -n "$namespace" -l "cluster.x-k8s.io/cluster-name=$cluster" -o json 2>/dev/null | jq -r '
+    .items[] | select(.spec.providerID != null)
+    | [(.spec.providerID | sub("^container:///"; "")),
+       ([(.status.addresses // [])[] | select(.type == "InternalIP" and (.address | test("^[0-9.]+$"))) | .address][0] // "")]
+    | @tsv' | while IFS=$'\t' read -r name recorded; do
+    [[ -n "$recorded" ]] || continue
+    current=$(docker inspect -f '{{if .State.Running}}{{range $n, $e := .NetworkSettings.Networks}}{{if eq $n $.HostConfig.NetworkMode}}{{$e.IPAddress}}{{end}}{{end}}{{end}}' "$name" 2>/dev/null) || continue
+    [[ -z "$current" || "$current" == "$recorded" ]] || echo "$name runs on $current, but its machine was provisioned on $recorded"
+  done
 }
 
 # load_probe_image NODE...: the probe pods' image, busybox from the host, put
