@@ -272,6 +272,16 @@ func TestBootstrapRunsOnceAcrossManagerRestarts(t *testing.T) {
 	if n := k.count(cpName); n != 1 {
 		t.Fatalf("kubeadm ran %d times, want once", n)
 	}
+	// Nor was the attempt staged or launched again.
+	launches := 0
+	for _, c := range e.runtime.ExecCalls() {
+		if _, ok := provisioning.ParseLaunchCommand(c.Cmd); ok {
+			launches++
+		}
+	}
+	if launches != 1 {
+		t.Fatalf("attempt 1 was launched %d times, want once", launches)
+	}
 }
 
 func TestBootstrapStartsAnAttemptThatWasAskedForButNeverClaimed(t *testing.T) {
@@ -298,12 +308,17 @@ func TestBootstrapStartsAnAttemptThatWasAskedForButNeverClaimed(t *testing.T) {
 	if err := e.runtime.WriteFile(ctx, cpName, clusterOwner.ForMachine("cp-0"), provisioning.AttemptPath, []byte("1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// Two managers launching it at once still run it once.
+	// The next manager launches it; another launch of the same attempt,
+	// as from a second leader, does not run it again.
+	release := k.holdRuns()
+	defer release()
+	e.restartManager(0)
+	e.reconcileBootstrap(s)
+	k.waitStarted("c1-cp-0")
 	if err := st.start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.restartManager(0)
-	e.reconcileBootstrap(s)
+	release()
 	e.notified(client.ObjectKeyFromObject(s.ContainerMachine))
 	e.reconcileBootstrap(s)
 	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
