@@ -26,6 +26,7 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/provisioning"
 )
 
@@ -40,7 +41,7 @@ import (
 //
 //	flock /tmp/capct-docker.lock go test -run '^$' -bench BootstrapScaleOut -benchtime 1x ./internal/lifecycle
 func BenchmarkBootstrapScaleOut(b *testing.B) {
-	const image = DefaultNodeImageRepository + ":v1.35.4"
+	const image = naming.DefaultNodeImageRepository + ":v1.35.4"
 	workers := 4
 	if v := os.Getenv("CAPCT_BENCH_WORKERS"); v != "" {
 		workers, _ = strconv.Atoi(v)
@@ -116,7 +117,7 @@ func newBenchHost(b *testing.B, rt container.Runtime, image string) *benchHost {
 		mgmt: fake.NewClientBuilder().WithScheme(scheme).Build(), wake: map[k8stypes.NamespacedName]chan struct{}{}}
 	b.Cleanup(func() { dockertest.RemoveClusters(context.Background(), rt, []string{h.cluster}) })
 	if _, err := rt.EnsureNetwork(context.Background(), container.NetworkSpec{Name: "capct-" + h.cluster,
-		Labels: map[string]string{container.LabelCluster: h.cluster, container.LabelClusterUID: "uid-" + h.cluster}}); err != nil {
+		Owner: container.Owner{Namespace: "ns", Cluster: h.cluster, ClusterID: "id-" + h.cluster}}); err != nil {
 		b.Fatal(err)
 	}
 	h.deps = &Deps{Client: h.mgmt, Runtime: rt, Clock: clock.RealClock{}, Recorder: &record.FakeRecorder{}}
@@ -127,6 +128,8 @@ func (h *benchHost) machine(name string, controlPlane bool) *MachineScope {
 	s := newScope()
 	s.Cluster.Name, s.Cluster.UID = h.cluster, k8stypes.UID("uid-"+h.cluster)
 	s.ContainerCluster.Name = h.cluster
+	s.ContainerCluster.Spec.ClusterID = "id-" + h.cluster
+	s.ContainerCluster.Spec.Network.Name = "capct-" + h.cluster
 	s.ContainerMachine.Name = name
 	s.ContainerMachine.CreationTimestamp = metav1.Now()
 	s.ContainerMachine.Labels = map[string]string{clusterv1.ClusterNameLabel: h.cluster}
@@ -286,7 +289,7 @@ func (h *benchHost) remove(machines []*MachineScope) {
 	for _, s := range machines {
 		var err error
 		for range 5 {
-			if err = h.rt.Delete(context.Background(), s.Container.Name); err == nil {
+			if err = h.rt.Delete(context.Background(), s.Container.Name, s.Owner()); err == nil {
 				break
 			}
 			time.Sleep(2 * time.Second)
