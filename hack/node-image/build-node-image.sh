@@ -411,7 +411,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 [grpc]
   address = "/run/containerd-preload/containerd.sock"
 EOF
-  docker run --rm --privileged --entrypoint /bin/bash \
+  docker run --rm --network none --privileged --entrypoint /bin/bash \
     -v "$work/containerd:/var/lib/containerd" -v "$work/images:/images:ro" -v "$work/config.toml:/config.toml:ro" \
     "$base" -euc '
       containerd --config /config.toml >/tmp/containerd.log 2>&1 &
@@ -433,7 +433,7 @@ build_lb() {
   step "rootfs: haproxy (debootstrap $suite, 0.5-1 min cold)"
   local lb_rootfs version lb_image inputs
   lb_rootfs=$(rootfs_image haproxy "${lb_packages[@]}")
-  version=$(docker run --rm --entrypoint haproxy "$lb_rootfs" -v | sed -n 's/^HAProxy version \([0-9]*\.[0-9]*\).*/\1/p')
+  version=$(docker run --rm --network none --entrypoint haproxy "$lb_rootfs" -v | sed -n 's/^HAProxy version \([0-9]*\.[0-9]*\).*/\1/p')
   [[ -n "$version" ]] || die "cannot tell the haproxy version of $lb_rootfs"
   lb_image=${LB_IMAGE:-capct/haproxy:$version}
   inputs=$( { echo "$lb_rootfs $lb_image"; cat "$here/Dockerfile.haproxy" "$here/files/haproxy.cfg"; } | hash_of)
