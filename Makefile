@@ -55,14 +55,12 @@ verify: generate ## Fail when generated files are stale, code is not gofmt'd, or
 ## Test
 
 .PHONY: test
-test: ## Run every test: unit, envtest, Docker, fuzz seeds, the node images, the whole quickstart, an engine restart and a scale-out (sets up Docker and envtest itself)
+test: ## Run every test: unit, envtest, Docker, fuzz seeds, the node images and the whole quickstart (sets up Docker and envtest itself); test-restart and test-scale-out run on their own
 	$(MAKE) verify
 	$(MAKE) test-go
 	$(MAKE) test-fuzz
 	$(MAKE) test-node-image
 	$(MAKE) test-quickstart
-	$(MAKE) test-restart
-	$(MAKE) test-scale-out
 
 .PHONY: test-go
 test-go: ## Run the Go tests against a real API server and Docker engine

@@ -159,8 +159,18 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 		return n, err
 	}
 	var lastErr error
+	defaultBridge := r.defaultBridgeSubnets(ctx)
 	for attempt := range container.MaxSubnetAttempts {
 		v4, v6 := container.Subnets(spec.Name, attempt)
+		if overlapsAny(v4, defaultBridge) || family.HasIPv6() && overlapsAny(v6, defaultBridge) {
+			// The bridge driver takes a new network over the default
+			// bridge's subnet for proof that the default bridge is stale,
+			// and drops it: every container started on it afterwards fails
+			// ("network ... does not exist") until the engine restarts.
+			lastErr = container.NewError("create", "network", spec.Name, container.KindPoolOverlap,
+				fmt.Errorf("subnet %s overlaps the engine's default bridge", v4))
+			continue
+		}
 		ipam := &network.IPAM{Driver: "default"}
 		// The engine hands out addresses only from DynamicRange; the rest
 		// of each subnet is for the static addresses CAPCT picks.
@@ -194,6 +204,31 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 	}
 	return container.Network{}, container.NewError("create", "network", spec.Name, container.KindPoolOverlap,
 		fmt.Errorf("all %d derived subnets overlap existing networks: %w", container.MaxSubnetAttempts, lastErr))
+}
+
+// defaultBridgeSubnets are the subnets of the engine's default bridge
+// network, or none when it cannot be read.
+func (r *Runtime) defaultBridgeSubnets(ctx context.Context) []netip.Prefix {
+	ni, err := r.cli.NetworkInspect(ctx, network.NetworkBridge, network.InspectOptions{})
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, c := range ni.IPAM.Config {
+		if p, err := netip.ParsePrefix(c.Subnet); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func overlapsAny(p netip.Prefix, others []netip.Prefix) bool {
+	for _, o := range others {
+		if p.IsValid() && p.Overlaps(o) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Runtime) adoptNetwork(ctx context.Context, spec container.NetworkSpec) (container.Network, error) {

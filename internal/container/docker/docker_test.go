@@ -340,3 +340,46 @@ func TestFilesOnTmpfsAreVisibleInside(t *testing.T) {
 		t.Fatalf("ReadFile = %q, %v; want %q", got, err, want)
 	}
 }
+
+// TestNetworkNeverTakesTheDefaultBridgesSubnet derives a network whose first
+// subnet overlaps the engine's default bridge: the engine would drop its
+// default bridge for it, so the runtime must pick the next subnet, and
+// containers must still start on the default bridge afterwards.
+func TestNetworkNeverTakesTheDefaultBridgesSubnet(t *testing.T) {
+	rt := dockertest.NewRuntime(t)
+	ctx := runtimetest.Ctx(t)
+	bridge, err := rt.InspectNetwork(ctx, "bridge")
+	if err != nil || !bridge.IPv4Subnet.IsValid() {
+		t.Fatalf("the default bridge: %+v, %v", bridge, err)
+	}
+	suffix := runtimetest.RandomSuffix()
+	name := ""
+	for i := range 10000 {
+		candidate := fmt.Sprintf("capct-bridge-%s-%d", suffix, i)
+		if v4, _ := container.Subnets(candidate, 0); v4.Overlaps(bridge.IPv4Subnet) {
+			name = candidate
+			break
+		}
+	}
+	if name == "" {
+		t.Fatal("no name derives a subnet over the default bridge")
+	}
+	owner := container.Owner{Namespace: "ns", Cluster: name, ClusterID: "id-" + suffix}
+	n, err := rt.EnsureNetwork(ctx, container.NetworkSpec{Name: name, Owner: owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.DeleteNetwork(context.Background(), name, owner) })
+	if n.IPv4Subnet.Overlaps(bridge.IPv4Subnet) {
+		t.Fatalf("network %s took %s, over the default bridge's %s", name, n.IPv4Subnet, bridge.IPv4Subnet)
+	}
+	s := container.MachineSpec{Name: name + "-probe", Image: testImage(t, rt), Network: "bridge",
+		Labels: owner.ForMachine("probe").Labels(), Role: container.RoleWorker, Cmd: runtimetest.LoopCmd}
+	if _, err := rt.CreateMachine(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Delete(context.Background(), s.Name, owner.ForMachine("probe")) })
+	if err := rt.Start(ctx, s.Name, owner.ForMachine("probe")); err != nil {
+		t.Fatalf("a container no longer starts on the default bridge: %v", err)
+	}
+}
