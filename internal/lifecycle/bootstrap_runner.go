@@ -48,7 +48,7 @@ type bootstrapJob struct {
 // DefaultMaxConcurrentBootstraps is the default of
 // --max-concurrent-bootstraps; docs/bootstrap.md gives the measurement
 // behind it.
-const DefaultMaxConcurrentBootstraps = 2
+const DefaultMaxConcurrentBootstraps = 4
 
 // bootstrapWatchPoll is how often a running attempt's exit mark is read.
 const bootstrapWatchPoll = time.Second
