@@ -317,13 +317,14 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	nodeIPAM := nodeipam.New(mgr.GetClient(), mgr.GetAPIReader(), runtime, clock.RealClock{},
 		mgr.GetEventRecorderFor("containermachine-controller"))
 	if err := (&controllers.ContainerClusterReconciler{
-		Client: mgr.GetClient(), Runtime: runtime, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM,
+		Client: mgr.GetClient(), Runtime: runtime, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM, Policy: o.policy,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}
 	if err := (&controllers.ContainerMachineReconciler{
 		Client: mgr.GetClient(), Runtime: runtime, ClusterCache: clusterCache, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM,
 		MachinePools: feature.Gates.Enabled(feature.MachinePool), HostCapacity: capacity, MaxConcurrentBootstraps: o.maxConcurrentBootstraps,
+		Policy: o.policy,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
+	"github.com/capct/cluster-api-provider-container/internal/policy"
 )
 
 // ContainerClusterReconciler reconciles ContainerClusters.
@@ -30,6 +31,9 @@ type ContainerClusterReconciler struct {
 	WatchFilterValue string
 	// NodeIPAM is CAPCT's node IPAM; nil turns it off.
 	NodeIPAM *nodeipam.Assigner
+	// Policy is what clusters may ask of the host; the zero Policy allows
+	// everything but the engine's own networks.
+	Policy policy.Policy
 }
 
 // SetupWithManager sets up the reconciler with the manager.
@@ -39,6 +43,7 @@ func (r *ContainerClusterReconciler) SetupWithManager(ctx context.Context, mgr c
 		Runtime:          r.Runtime,
 		Clock:            r.Clock,
 		WatchFilterValue: r.WatchFilterValue,
+		Policy:           r.Policy,
 	}
 	if r.NodeIPAM != nil {
 		rec.Routes = r.NodeIPAM
@@ -68,6 +73,9 @@ type ContainerMachineReconciler struct {
 	// MaxConcurrentBootstraps bounds the bootstraps in flight on the host;
 	// 0 means no bound.
 	MaxConcurrentBootstraps int
+	// Policy is what machines may ask of the host; the zero Policy allows
+	// everything.
+	Policy policy.Policy
 }
 
 // SetupWithManager sets up the reconciler with the manager.
@@ -81,6 +89,7 @@ func (r *ContainerMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 		MachinePools:     r.MachinePools,
 
 		MaxConcurrentBootstraps: r.MaxConcurrentBootstraps,
+		Policy:                  r.Policy,
 	}
 	if r.NodeIPAM != nil {
 		rec.PodCIDRs = r.NodeIPAM

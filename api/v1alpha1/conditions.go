@@ -110,4 +110,18 @@ const (
 	// LoadBalancerReloadFailedReason: after a reload HAProxy does not run
 	// the configuration CAPCT wrote, or cannot be asked which one it runs.
 	LoadBalancerReloadFailedReason = "LoadBalancerReloadFailed"
+	// RefusedByPolicyReason: the object asks for something the manager's
+	// policy flags refuse (docs/security.md), for example a host path
+	// outside --allowed-host-path-prefixes. The message names each field.
+	// Nothing is made; it is looked at again when the object changes or
+	// the manager restarts with other flags.
+	RefusedByPolicyReason = "RefusedByPolicy"
+	// ImageNotOnHostReason: an image the machine needs is not on the
+	// container host, and CAPCT does not pull. The message names each
+	// field; the machine launches once the images are loaded.
+	ImageNotOnHostReason = "ImageNotOnHost"
+	// HostPathNotFoundReason: a host path of spec.extraMounts does not
+	// exist on the container host. CAPCT does not create it; the machine
+	// launches once it exists.
+	HostPathNotFoundReason = "HostPathNotFound"
 )

@@ -119,6 +119,10 @@ const (
 	MachinePhaseRegistered MachinePhase = "Registered"
 	// MachinePhaseRunning: the Node is Ready and initialized.
 	MachinePhaseRunning MachinePhase = "Running"
+	// MachinePhaseStopped: the container was launched but does not run
+	// now (stopped, restarting, or the engine does not answer); Ready is
+	// False until it runs again.
+	MachinePhaseStopped MachinePhase = "Stopped"
 	// MachinePhaseFailed: a phase failed for good; the machine must be
 	// replaced.
 	MachinePhaseFailed MachinePhase = "Failed"

@@ -144,3 +144,25 @@ func IsInUse(err error) bool { return KindOf(err) == KindInUse }
 // IsStaticAddressUnsupported reports whether err says the network does not
 // take static addresses.
 func IsStaticAddressUnsupported(err error) bool { return KindOf(err) == KindStaticAddressUnsupported }
+
+// HostPathNotFoundError is the cause of a create that the engine refused
+// because the host path of a bind mount does not exist. CAPCT asks for bind
+// mounts that are never created on the host's behalf: a mistyped path would
+// otherwise become an empty, root-owned directory on the host.
+type HostPathNotFoundError struct {
+	// Path is the host path the engine did not find.
+	Path string
+}
+
+func (e *HostPathNotFoundError) Error() string {
+	return fmt.Sprintf("host path %q does not exist on the container host", e.Path)
+}
+
+// HostPathNotFound returns the host path that err says does not exist.
+func HostPathNotFound(err error) (string, bool) {
+	var e *HostPathNotFoundError
+	if errors.As(err, &e) {
+		return e.Path, true
+	}
+	return "", false
+}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +20,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/nodeaddr"
+	"github.com/capct/cluster-api-provider-container/internal/policy"
 )
 
 const (
@@ -33,6 +36,9 @@ const (
 	// capacityRecheck is how soon a machine waiting for host capacity
 	// looks again, so that it carries on by itself once a limit is raised.
 	capacityRecheck = 15 * time.Second
+	// hostRecheck is how soon a machine waiting for an image or a host path
+	// to appear on the host looks again: nothing on the host wakes it.
+	hostRecheck = 30 * time.Second
 )
 
 // Launch creates and starts the machine's container once its Machine, the
@@ -138,6 +144,9 @@ func (l *Launch) create(ctx context.Context, s *MachineScope, now time.Time) (ct
 		l.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.InvalidSpecReason, err.Error())
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
+	if err := l.checkHost(ctx, s, image); err != nil {
+		return l.refused(s, now, err)
+	}
 	spec := container.MachineSpec{
 		Name:        s.ContainerName(),
 		Image:       image,
@@ -157,6 +166,9 @@ func (l *Launch) create(ctx context.Context, s *MachineScope, now time.Time) (ct
 	// back on the address etcd and the API server advertise when the engine
 	// restarts it.
 	launched, err := (&nodeaddr.Launcher{Runtime: l.Runtime}).Launch(ctx, spec)
+	if path, ok := container.HostPathNotFound(err); ok {
+		return l.refused(s, now, &hostPathNotFoundError{mounts: cm.Spec.ExtraMounts, path: path})
+	}
 	if err != nil {
 		return l.failed(s, now, fmt.Errorf("failed to launch container %s for ContainerMachine %s/%s: %w", spec.Name, cm.Namespace, cm.Name, err))
 	}
@@ -166,6 +178,69 @@ func (l *Launch) create(ctx context.Context, s *MachineScope, now time.Time) (ct
 	}
 	l.Recorder.Eventf(cm, corev1.EventTypeNormal, "Launched", "Launched container %s from %s", spec.Name, image)
 	return l.observe(ctx, s, launched.Machine, now)
+}
+
+// checkHost checks, right before the container is created, what only the
+// manager's policy and the host can judge: the policy flags (the webhooks
+// checked them at admission, but may not have run, or the flags may have
+// changed since) and the images, which CAPCT never pulls.
+func (l *Launch) checkHost(ctx context.Context, s *MachineScope, image string) error {
+	if err := l.Policy.CheckMachine(&s.ContainerMachine.Spec, image); err != nil {
+		return err
+	}
+	return policy.MissingImages(ctx, l.Runtime.ImageExists, policy.MachineImages(&s.ContainerMachine.Spec, image))
+}
+
+// refused records a launch that the policy or the host refuses. None of
+// these is final: Launched turns False, so that LaunchTimeout counts again
+// from the next attempt, and the machine launches once the object, the
+// manager's flags or the host change. A policy violation waits for such a
+// change (a new spec or a restarted manager reconciles it); what is missing
+// on the host is looked for again every hostRecheck.
+func (l *Launch) refused(s *MachineScope, now time.Time, err error) (ctrl.Result, error) {
+	cm := s.ContainerMachine
+	var (
+		reason  string
+		requeue time.Duration
+		notOn   *policy.NotOnHostError
+		noPath  *hostPathNotFoundError
+	)
+	switch {
+	case policy.IsViolation(err):
+		reason = infrav1.RefusedByPolicyReason
+	case errors.As(err, &notOn):
+		reason, requeue = infrav1.ImageNotOnHostReason, hostRecheck
+	case errors.As(err, &noPath):
+		reason, requeue = infrav1.HostPathNotFoundReason, hostRecheck
+	case container.IsUnreachable(err):
+		return l.engineAway(s, now, err)
+	default:
+		return l.failed(s, now, fmt.Errorf("failed to check what ContainerMachine %s/%s needs on the container host: %w", cm.Namespace, cm.Name, err))
+	}
+	msg := err.Error()
+	if c := conditions.Get(cm, infrav1.LaunchedCondition); c == nil || c.Reason != reason || c.Message != msg {
+		l.Recorder.Event(cm, corev1.EventTypeWarning, reason, msg)
+	}
+	setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionFalse, reason, msg)
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// hostPathNotFoundError names the extraMounts field whose host path the
+// engine did not find.
+type hostPathNotFoundError struct {
+	mounts []infrav1.Mount
+	path   string
+}
+
+func (e *hostPathNotFoundError) Error() string {
+	fld := field.NewPath("spec", "extraMounts")
+	for i, m := range e.mounts {
+		if path.Clean(m.HostPath) == path.Clean(e.path) {
+			fld = fld.Index(i).Child("hostPath")
+			break
+		}
+	}
+	return fmt.Sprintf("%s: host path %q does not exist on the container host; CAPCT does not create it: create it there or change the field", fld, e.path)
 }
 
 // StaticAddressUnsupportedReason is the reason of the warning event for a

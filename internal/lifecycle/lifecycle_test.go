@@ -25,6 +25,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	fakeruntime "github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
+	"github.com/capct/cluster-api-provider-container/internal/policy"
 	"github.com/capct/cluster-api-provider-container/internal/provisioning"
 )
 
@@ -88,6 +89,9 @@ func newEnv(t *testing.T, bootstrapData string) *env {
 		Bootstraps: NewBootstrapRunner(ctx, clock.RealClock{}, 0, func(k types.NamespacedName) { e.finished <- k }),
 	}
 	e.deps.Bootstraps.poll = 10 * time.Millisecond
+	// The default node image of the machines' version, on the host: CAPCT
+	// never pulls, and Launch looks for it first.
+	e.runtime.AddImage("capct/node:v1.35.4", nil)
 	if _, err := e.runtime.EnsureNetwork(ctx, container.NetworkSpec{Name: "capct-c1", Owner: clusterOwner, IPFamily: container.IPv4}); err != nil {
 		t.Fatal(err)
 	}
@@ -228,6 +232,101 @@ func TestLaunchRefusesAForeignContainerAndTimesOut(t *testing.T) {
 		t.Fatal("want a terminal error after the launch timeout")
 	}
 	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.LaunchFailedReason)
+}
+
+// What only the policy flags or the host can judge is refused with a
+// condition that names the field, creates nothing and is not final: once the
+// cause is gone (here: the image loaded, the path made, the object changed)
+// the machine launches.
+func TestLaunchRefusesWhatThePolicyOrTheHostCannotGive(t *testing.T) {
+	testCases := []struct {
+		name        string
+		setup       func(*env, *MachineScope)
+		wantReason  string
+		wantField   string
+		wantRecheck bool
+		fix         func(*env, *MachineScope)
+	}{
+		{
+			name: "a host path outside the allowed prefixes",
+			setup: func(e *env, s *MachineScope) {
+				e.deps.Policy = policy.Policy{HostPathPrefixes: []string{"/srv/capct"}}
+				s.ContainerMachine.Spec.ExtraMounts = []infrav1.Mount{{HostPath: "/etc", ContainerPath: "/host-etc"}}
+			},
+			wantReason: infrav1.RefusedByPolicyReason, wantField: "spec.extraMounts[0].hostPath",
+			fix: func(e *env, s *MachineScope) {
+				s.ContainerMachine.Spec.ExtraMounts[0].HostPath = "/srv/capct/data"
+			},
+		},
+		{
+			name: "a default node image outside the allowed prefixes",
+			setup: func(e *env, s *MachineScope) {
+				e.deps.Policy = policy.Policy{ImagePrefixes: []string{"registry.example/"}}
+			},
+			wantReason: infrav1.RefusedByPolicyReason, wantField: "spec.image",
+			fix: func(e *env, s *MachineScope) { e.deps.Policy = policy.Policy{} },
+		},
+		{
+			name: "a preloaded image not on the host",
+			setup: func(e *env, s *MachineScope) {
+				s.ContainerMachine.Spec.PreLoadImages = []string{"registry.k8s.io/pause:3.10"}
+			},
+			wantReason: infrav1.ImageNotOnHostReason, wantField: "spec.preLoadImages[0]", wantRecheck: true,
+			fix: func(e *env, s *MachineScope) { e.runtime.AddImage("registry.k8s.io/pause:3.10", nil) },
+		},
+		{
+			name: "a node image not on the host",
+			setup: func(e *env, s *MachineScope) {
+				s.ContainerMachine.Spec.Image = "capct/node:v1.99.0"
+			},
+			wantReason: infrav1.ImageNotOnHostReason, wantField: "spec.image", wantRecheck: true,
+			fix: func(e *env, s *MachineScope) { e.runtime.AddImage("capct/node:v1.99.0", nil) },
+		},
+		{
+			name: "a host path that does not exist",
+			setup: func(e *env, s *MachineScope) {
+				s.ContainerMachine.Spec.ExtraMounts = []infrav1.Mount{
+					{HostPath: "/srv/a", ContainerPath: "/a"}, {HostPath: "/srv/missing/", ContainerPath: "/b"},
+				}
+				e.runtime.FailNext(fakeruntime.OpCreateMachine, container.NewError("create", "container", cpName, container.KindInvalid,
+					&container.HostPathNotFoundError{Path: "/srv/missing"}))
+			},
+			wantReason: infrav1.HostPathNotFoundReason, wantField: "spec.extraMounts[1].hostPath", wantRecheck: true,
+			fix: func(e *env, s *MachineScope) {},
+		},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, cloudConfig)
+			ctx := context.Background()
+			s := newScope()
+			tc.setup(e, s)
+			res, err := (&Launch{e.deps}).Reconcile(ctx, s)
+			if err != nil {
+				t.Fatalf("want no error to retry with backoff, got %v", err)
+			}
+			if got := res.RequeueAfter != 0; got != tc.wantRecheck {
+				t.Fatalf("want a recheck %v, got %v", tc.wantRecheck, res)
+			}
+			wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionFalse, tc.wantReason)
+			if msg := condition(s, infrav1.LaunchedCondition).Message; !strings.Contains(msg, tc.wantField) {
+				t.Fatalf("the message does not name %s: %s", tc.wantField, msg)
+			}
+			if TerminalCondition(s.ContainerMachine) != nil {
+				t.Fatal("the refusal is final; it must not be")
+			}
+			if _, err := e.runtime.Inspect(ctx, cpName); !container.IsNotFound(err) {
+				t.Fatalf("a container was made: %v", err)
+			}
+			// Past the launch timeout, still not final.
+			e.clock.Step(2 * LaunchTimeout)
+			tc.fix(e, s)
+			if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
+		})
+	}
 }
 
 func TestLaunchRejectsAnUnparseableVersion(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
+	"github.com/capct/cluster-api-provider-container/internal/policy"
 )
 
 // WorkloadClientFunc returns a client of a workload cluster, such as Cluster
@@ -40,6 +41,11 @@ type Deps struct {
 	// HostCapacity admits node containers onto the container host; nil
 	// admits every one.
 	HostCapacity HostCapacity
+	// Policy is what machines may ask of the host (the manager's policy
+	// flags); checked again right before each container is created, since
+	// the webhooks may not have run or the flags may have changed since. The
+	// zero Policy allows everything.
+	Policy policy.Policy
 }
 
 // HostCapacity admits node containers onto the container host while its

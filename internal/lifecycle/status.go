@@ -49,6 +49,8 @@ func DerivePhase(m *infrav1.ContainerMachine) infrav1.MachinePhase {
 		return infrav1.MachinePhaseDeleting
 	case TerminalCondition(m) != nil:
 		return infrav1.MachinePhaseFailed
+	case conditions.IsFalse(m, infrav1.ContainerRunningCondition):
+		return infrav1.MachinePhaseStopped
 	case conditions.IsTrue(m, infrav1.InitializedCondition):
 		return infrav1.MachinePhaseRunning
 	case conditions.IsTrue(m, infrav1.RegisteredCondition):

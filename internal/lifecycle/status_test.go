@@ -42,18 +42,19 @@ func TestSetReadyCondition(t *testing.T) {
 		wantStatus metav1.ConditionStatus
 		wantReason string
 		terminal   bool
+		wantPhase  infrav1.MachinePhase
 	}{
 		{name: "nothing yet", wantStatus: metav1.ConditionFalse, wantReason: infrav1.InProgressReason},
-		{name: "every phase done", conds: all, wantStatus: metav1.ConditionTrue, wantReason: infrav1.SucceededReason},
+		{name: "every phase done", conds: all, wantStatus: metav1.ConditionTrue, wantReason: infrav1.SucceededReason, wantPhase: infrav1.MachinePhaseRunning},
 		{name: "launched, not yet known to run", conds: []cond{ok(infrav1.LaunchedCondition)}, wantStatus: metav1.ConditionFalse, wantReason: infrav1.InProgressReason},
 		{name: "a stopped container", conds: with(cond{infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.StoppedReason}),
-			wantStatus: metav1.ConditionFalse, wantReason: infrav1.StoppedReason},
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.StoppedReason, wantPhase: infrav1.MachinePhaseStopped},
 		{name: "a restarting container", conds: with(cond{infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.RestartingReason}),
-			wantStatus: metav1.ConditionFalse, wantReason: infrav1.RestartingReason},
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.RestartingReason, wantPhase: infrav1.MachinePhaseStopped},
 		{name: "back, but the Node not yet", conds: with(cond{infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.NodeNotReadyReason}),
-			wantStatus: metav1.ConditionFalse, wantReason: infrav1.NodeNotReadyReason},
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.NodeNotReadyReason, wantPhase: infrav1.MachinePhaseStopped},
 		{name: "the engine away", conds: with(cond{infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.EngineUnreachableReason}),
-			wantStatus: metav1.ConditionFalse, wantReason: infrav1.EngineUnreachableReason},
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.EngineUnreachableReason, wantPhase: infrav1.MachinePhaseStopped},
 		{name: "the container gone", conds: with(cond{infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.ContainerMissingReason}),
 			wantStatus: metav1.ConditionFalse, wantReason: infrav1.ContainerMissingReason, terminal: true},
 		{name: "waiting for host capacity", conds: []cond{{infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.WaitingForHostCapacityReason}},
@@ -75,6 +76,9 @@ func TestSetReadyCondition(t *testing.T) {
 			}
 			if got := TerminalCondition(cm) != nil; got != tc.terminal {
 				t.Fatalf("want terminal %v, got %v", tc.terminal, got)
+			}
+			if tc.wantPhase != "" && DerivePhase(cm) != tc.wantPhase {
+				t.Fatalf("want phase %s, got %s", tc.wantPhase, DerivePhase(cm))
 			}
 			if got := DerivePhase(cm) == infrav1.MachinePhaseFailed; got != tc.terminal {
 				t.Fatalf("want phase Failed only when terminal, got %s", DerivePhase(cm))

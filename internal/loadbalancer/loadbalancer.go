@@ -55,6 +55,15 @@ type LoadBalancer struct {
 	Clock clock.Clock
 }
 
+// ImageOrDefault is the image a load balancer runs: the one its
+// ContainerCluster names, or DefaultImage.
+func ImageOrDefault(image string) string {
+	if image == "" {
+		return DefaultImage
+	}
+	return image
+}
+
 // Ensure creates and starts the load balancer container if needed and
 // returns it as the runtime reports it.
 //
@@ -72,10 +81,7 @@ type LoadBalancer struct {
 // not do, and after any crash, however many.
 func (lb *LoadBalancer) Ensure(ctx context.Context, spec Spec) (*container.Machine, error) {
 	name := naming.LoadBalancerName(spec.Cluster.Namespace, spec.Cluster.Name)
-	image := spec.Image
-	if image == "" {
-		image = DefaultImage
-	}
+	image := ImageOrDefault(spec.Image)
 	privileged := false
 	mspec := container.MachineSpec{
 		Name:          name,

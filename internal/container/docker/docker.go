@@ -326,9 +326,25 @@ func (r *Runtime) CreateMachine(ctx context.Context, spec container.MachineSpec)
 			// Lost a race with another creator of the same name.
 			return r.adopt(ctx, spec)
 		}
+		if path, ok := missingBindSource(err); ok {
+			return nil, container.NewError("create", "container", spec.Name, container.KindInvalid, &container.HostPathNotFoundError{Path: path})
+		}
 		return nil, wrap("create", "container", spec.Name, err)
 	}
 	return r.Inspect(ctx, spec.Name)
+}
+
+// missingBindSource reads the host path out of the engine's refusal of a
+// bind mount whose source does not exist. The engine says it only in the
+// message of an invalid-argument error.
+func missingBindSource(err error) (string, bool) {
+	const marker = "bind source path does not exist: "
+	msg := err.Error()
+	i := strings.Index(msg, marker)
+	if !cerrdefs.IsInvalidArgument(err) || i < 0 {
+		return "", false
+	}
+	return strings.TrimSpace(msg[i+len(marker):]), true
 }
 
 func (r *Runtime) adopt(ctx context.Context, spec container.MachineSpec) (*container.Machine, error) {
@@ -364,8 +380,10 @@ func (r *Runtime) configs(spec container.MachineSpec) (*dcontainer.Config, *dcon
 			Memory:   spec.Resources.MemoryBytes,
 		},
 	}
+	// Mounts, not Binds: the engine creates the missing host path of a
+	// bind as an empty root-owned directory, and refuses a mount's.
 	for _, m := range spec.ExtraMounts {
-		hc.Binds = append(hc.Binds, bind(m))
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: m.HostPath, Target: m.ContainerPath, ReadOnly: m.ReadOnly})
 	}
 	for _, p := range spec.PortMappings {
 		proto := p.Protocol

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -381,5 +383,48 @@ func TestNetworkNeverTakesTheDefaultBridgesSubnet(t *testing.T) {
 	t.Cleanup(func() { _ = rt.Delete(context.Background(), s.Name, owner.ForMachine("probe")) })
 	if err := rt.Start(ctx, s.Name, owner.ForMachine("probe")); err != nil {
 		t.Fatalf("a container no longer starts on the default bridge: %v", err)
+	}
+}
+
+// An extra mount's host path is bound as it is, read-only where asked, and a
+// missing one is refused with the path named, not made on the host: the
+// engine would otherwise create an empty root-owned directory there.
+func TestExtraMountsBindExistingHostPathsOnly(t *testing.T) {
+	rt := dockertest.NewRuntime(t)
+	e := runtimetest.NewEnv(t, rt, testImage(t, rt), container.IPv4)
+	ctx := runtimetest.Ctx(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "hello"), []byte("from the host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := e.Spec("mounts")
+	s.ExtraMounts = []container.Mount{{HostPath: dir, ContainerPath: "/host", ReadOnly: true}}
+	if _, err := rt.CreateMachine(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(ctx, s.Name, container.OwnerOf(s.Labels)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := rt.Exec(ctx, s.Name, container.OwnerOf(s.Labels), container.ExecInput{Cmd: []string{"cat", "/host/hello"}})
+	if err != nil || string(res.Stdout) != "from the host" {
+		t.Fatalf("the mount does not show the host's file: %q %v", res.Stdout, err)
+	}
+	res, err = rt.Exec(ctx, s.Name, container.OwnerOf(s.Labels), container.ExecInput{Cmd: []string{"touch", "/host/new"}})
+	if err == nil && res.ExitCode == 0 {
+		t.Fatal("a read-only mount took a write")
+	}
+
+	missing := filepath.Join(dir, "does", "not", "exist")
+	s2 := e.Spec("missing")
+	s2.ExtraMounts = []container.Mount{{HostPath: missing, ContainerPath: "/data"}}
+	_, err = rt.CreateMachine(ctx, s2)
+	if path, ok := container.HostPathNotFound(err); !ok || path != missing {
+		t.Fatalf("want HostPathNotFound naming %s, got %q %v", missing, path, err)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Fatalf("the engine made the missing host path: %v", err)
+	}
+	if _, err := rt.Inspect(ctx, s2.Name); !container.IsNotFound(err) {
+		t.Fatalf("a container was left behind: %v", err)
 	}
 }

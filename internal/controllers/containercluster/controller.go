@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -35,6 +37,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
+	"github.com/capct/cluster-api-provider-container/internal/policy"
 )
 
 const (
@@ -52,6 +55,9 @@ const (
 	// engine does not answer. Returning the error instead would back off
 	// for minutes, long after the engine is back.
 	engineRetry = 10 * time.Second
+	// hostRecheck is how soon a cluster waiting for its load balancer's
+	// image to appear on the host looks again: nothing on the host wakes it.
+	hostRecheck = 30 * time.Second
 )
 
 // RouteSyncer programs the routes between a cluster's node containers.
@@ -83,6 +89,10 @@ type Reconciler struct {
 	// means loadbalancer.HTTPStats. Tests with the fake runtime, whose
 	// containers run nothing, replace it.
 	LoadBalancerStats loadbalancer.StatsFunc
+	// Policy is what clusters may ask of the host (the manager's policy
+	// flags); the zero Policy allows everything but the engine's own
+	// networks.
+	Policy policy.Policy
 
 	recorder record.EventRecorder
 	lb       *loadbalancer.LoadBalancer
@@ -198,9 +208,28 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	cc.Status.FailureDomains = cc.Spec.FailureDomains
 	family := naming.IPFamily(cluster, cc)
 	network := naming.NetworkName(cluster, cc)
-	if err := r.ensureNetwork(ctx, cluster, cc, network, family); err != nil {
+	// Until the cluster is provisioned, its spec is checked against the
+	// policy and the host: the webhooks checked the policy at admission but
+	// may not have run, and the flags may have changed since. Once it runs,
+	// a policy tightened later never takes its load balancer away.
+	provisioned := ptr.Deref(cc.Status.Initialization.Provisioned, false)
+	if !provisioned {
+		if reason, recheck, err := r.admit(ctx, cc); reason != "" {
+			return r.refused(cc, now, reason, err, recheck)
+		} else if err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	subnets, err := r.ensureNetwork(ctx, cluster, cc, network, family)
+	if err != nil {
 		setLoadBalancerCondition(cc, now, metav1.ConditionFalse, infrav1.FailedReason, err.Error())
 		return ctrl.Result{}, fmt.Errorf("failed to ensure network %s of ContainerCluster %s: %w", network, klog.KObj(cc), err)
+	}
+	// Only now are the node network's subnets known.
+	if !provisioned {
+		if err := policy.CheckPodCIDRs(cluster.Spec.ClusterNetwork.Pods.CIDRBlocks, network, subnets...); err != nil {
+			return r.refused(cc, now, infrav1.InvalidSpecReason, fmt.Errorf("Cluster %s: %w", klog.KObj(cluster), err), 0)
+		}
 	}
 	lbContainer, err := r.lb.Ensure(ctx, loadbalancer.Spec{
 		Cluster: cluster, ContainerCluster: cc, Network: network, IPFamily: family, Image: cc.Spec.LoadBalancer.Image,
@@ -253,24 +282,62 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	return ctrl.Result{RequeueAfter: orphanCheckInterval}, nil
 }
 
+// admit checks the cluster's spec against the policy and its load
+// balancer's image against the host. It returns the reason to refuse the
+// cluster for, with how soon to look again, or an error to retry.
+func (r *Reconciler) admit(ctx context.Context, cc *infrav1.ContainerCluster) (reason string, recheck time.Duration, err error) {
+	image := loadbalancer.ImageOrDefault(cc.Spec.LoadBalancer.Image)
+	if err := r.Policy.CheckCluster(&cc.Spec, image); err != nil {
+		return infrav1.RefusedByPolicyReason, 0, err
+	}
+	// CAPCT never pulls: a missing image is waited for, not failed on.
+	err = policy.MissingImages(ctx, r.Runtime.ImageExists, []policy.FieldValue{{Field: field.NewPath("spec", "loadBalancer", "image"), Value: image}})
+	var notOnHost *policy.NotOnHostError
+	if errors.As(err, &notOnHost) {
+		return infrav1.ImageNotOnHostReason, hostRecheck, err
+	}
+	return "", 0, err
+}
+
+// refused records a cluster whose spec the policy, validation or the host
+// refuses. Nothing more is made until the object, the manager's flags or the
+// host change; the first two reconcile it again, the host is looked at again
+// after recheck (0: never). The error is not returned: retrying it with
+// backoff would change nothing.
+func (r *Reconciler) refused(cc *infrav1.ContainerCluster, now time.Time, reason string, err error, recheck time.Duration) (ctrl.Result, error) {
+	if c := conditions.Get(cc, infrav1.LoadBalancerAvailableCondition); c == nil || c.Reason != reason || c.Message != err.Error() {
+		r.recorder.Event(cc, corev1.EventTypeWarning, reason, err.Error())
+	}
+	setLoadBalancerCondition(cc, now, metav1.ConditionFalse, reason, err.Error())
+	return ctrl.Result{RequeueAfter: recheck}, nil
+}
+
 // ensureNetwork creates the cluster's own network, or checks that the
-// Unmanaged network it shares exists and carries the families it needs.
-func (r *Reconciler) ensureNetwork(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster, name string, family container.IPFamily) error {
+// Unmanaged network it shares exists and carries the families it needs. It
+// returns the network's subnets.
+func (r *Reconciler) ensureNetwork(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster, name string, family container.IPFamily) ([]netip.Prefix, error) {
+	var (
+		n   container.Network
+		err error
+	)
 	if cc.Spec.Network.Mode != infrav1.NetworkUnmanaged {
-		_, err := r.Runtime.EnsureNetwork(ctx, container.NetworkSpec{Name: name, Owner: naming.ClusterOwner(cluster, cc), IPFamily: family})
-		return err
+		n, err = r.Runtime.EnsureNetwork(ctx, container.NetworkSpec{Name: name, Owner: naming.ClusterOwner(cluster, cc), IPFamily: family})
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		n, err = r.Runtime.InspectNetwork(ctx, name)
+		if container.IsNotFound(err) {
+			return nil, fmt.Errorf("the Unmanaged network %q does not exist; create it first or use mode Managed: %w", name, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if family.HasIPv4() && !n.IPv4Subnet.IsValid() || family.HasIPv6() && !n.IPv6Subnet.IsValid() {
+			return nil, fmt.Errorf("the Unmanaged network %q (subnets %v %v) lacks a subnet for IP family %s", name, n.IPv4Subnet, n.IPv6Subnet, family)
+		}
 	}
-	n, err := r.Runtime.InspectNetwork(ctx, name)
-	if container.IsNotFound(err) {
-		return fmt.Errorf("the Unmanaged network %q does not exist; create it first or use mode Managed: %w", name, err)
-	}
-	if err != nil {
-		return err
-	}
-	if family.HasIPv4() && !n.IPv4Subnet.IsValid() || family.HasIPv6() && !n.IPv6Subnet.IsValid() {
-		return fmt.Errorf("the Unmanaged network %q (subnets %v %v) lacks a subnet for IP family %s", name, n.IPv4Subnet, n.IPv6Subnet, family)
-	}
-	return nil
+	return []netip.Prefix{n.IPv4Subnet, n.IPv6Subnet}, nil
 }
 
 // removeOrphans deletes the cluster's node containers whose ContainerMachine

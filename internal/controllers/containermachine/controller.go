@@ -34,6 +34,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+	"github.com/capct/cluster-api-provider-container/internal/policy"
 )
 
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containermachines,verbs=get;list;watch;update;patch
@@ -69,6 +70,10 @@ type Reconciler struct {
 	// 0 means no bound. Machines over it wait with Bootstrapped False,
 	// WaitingForBootstrapSlot.
 	MaxConcurrentBootstraps int
+	// Policy is what machines may ask of the host (the manager's policy
+	// flags), checked right before each container is created; the zero
+	// Policy allows everything.
+	Policy policy.Policy
 
 	lifecycle   *lifecycle.Machine
 	termination *lifecycle.Termination
@@ -99,6 +104,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Bootstraps:     lifecycle.NewBootstrapRunner(ctx, clock.RealClock{}, r.MaxConcurrentBootstraps, r.wake),
 		PodCIDRs:       r.PodCIDRs,
 		HostCapacity:   r.HostCapacity,
+		Policy:         r.Policy,
 	}
 	r.lifecycle = lifecycle.NewMachine(deps)
 	r.termination = &lifecycle.Termination{

@@ -17,6 +17,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
+	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 	"github.com/capct/cluster-api-provider-container/internal/test/capi"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 )
@@ -61,6 +62,10 @@ func TestMain(m *testing.M) {
 func setup(ctx context.Context) error {
 	mgr := env.Manager
 	runtime = fake.New(nil)
+	// CAPCT never pulls: the images the machines and load balancers run
+	// are on the host.
+	runtime.AddImage("capct/node:v1.35.4", nil)
+	runtime.AddImage(loadbalancer.DefaultImage, nil)
 	// The engine is away when the manager starts: both controllers' event
 	// streams must open once it answers (the tests that wait on events
 	// depend on it), and the manager must not stop.

@@ -34,6 +34,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
+	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 	"github.com/capct/cluster-api-provider-container/internal/test/capi"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 )
@@ -73,6 +74,11 @@ func run(m *testing.M) int {
 		ctrl.SetLogger(logr.Discard())
 	}
 	rt = fake.New(nil)
+	// CAPCT never pulls: the images the machines (those of the rollout
+	// tests too) and load balancers run are on the host.
+	for _, img := range []string{"capct/node:" + k8sVersion, "capct/node:" + k8sVersion + "-custom", "capct/node:v1.35.5", loadbalancer.DefaultImage} {
+		rt.AddImage(img, nil)
+	}
 	// Each test starts its own manager (startStack); the harness's manager
 	// serves the webhooks.
 	return envtest.Run(m, func(_ context.Context, e *envtest.Environment) error {
