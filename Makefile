@@ -55,12 +55,14 @@ verify: generate ## Fail when generated files are stale, code is not gofmt'd, or
 ## Test
 
 .PHONY: test
-test: ## Run every test: unit, envtest, Docker, fuzz seeds, the node images and the whole quickstart (sets up Docker and envtest itself); test-restart and test-scale-out run on their own
+test: ## Run every test: unit, envtest, Docker, fuzz, the node images, the whole quickstart, an engine restart and a scale-out on real nodes (sets up Docker and envtest itself)
 	$(MAKE) verify
 	$(MAKE) test-go
 	$(MAKE) test-fuzz
 	$(MAKE) test-node-image
 	$(MAKE) test-quickstart
+	$(MAKE) test-restart
+	$(MAKE) test-scale-out
 
 .PHONY: test-go
 test-go: ## Run the Go tests against a real API server and Docker engine
@@ -68,9 +70,12 @@ test-go: ## Run the Go tests against a real API server and Docker engine
 	KUBEBUILDER_ASSETS="$$(hack/ensure-envtest.sh)" go test -count=1 -timeout $(GO_TEST_TIMEOUT) $(GO_TEST_PACKAGES)
 
 .PHONY: test-fuzz
-test-fuzz: ## Run the fuzzers (node IPAM, bootstrap data) for a short time each
+test-fuzz: ## Run the fuzzers (node IPAM, node addresses, bootstrap data and script, the policy) for a short time each
 	go test -run='^$$' -fuzz=FuzzAllocator -fuzztime=$(FUZZ_TIME) ./internal/ipam
+	go test -run='^$$' -fuzz=FuzzPick -fuzztime=$(FUZZ_TIME) ./internal/nodeaddr
 	go test -run='^$$' -fuzz=FuzzPlan -fuzztime=$(FUZZ_TIME) ./internal/provisioning
+	go test -run='^$$' -fuzz=FuzzScriptRoundTrip -fuzztime=$(FUZZ_TIME) ./internal/provisioning
+	go test -run='^$$' -fuzz=FuzzMachineSpec -fuzztime=$(FUZZ_TIME) ./internal/policy
 
 .PHONY: bench
 bench: ## Run the Go benchmarks (IPAM allocator, runtime seam overhead)

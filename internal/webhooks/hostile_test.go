@@ -198,7 +198,7 @@ func hostileCases() []hostileCase {
 					Pods: clusterv1.NetworkRanges{CIDRBlocks: []string{"172.16.0.0/12"}},
 				}},
 			},
-			atLaunch: "policy.CheckPodCIDRs once the network's subnets are known: names spec.clusterNetwork.pods.cidrBlocks[i] and the network"},
+			atLaunch: "the ContainerCluster's LoadBalancerAvailable False, InvalidSpec, once the network's subnets are known: names spec.clusterNetwork.pods.cidrBlocks[i] and the network; no load balancer"},
 
 		// ContainerClusterTemplate: the same rules inside the template.
 		{kind: "ContainerClusterTemplate", input: "Unmanaged network host",
@@ -257,7 +257,7 @@ func hostileCases() []hostileCase {
 			}), refused: "spec.extraMounts"},
 		{kind: "ContainerMachine", input: "host path under an allowed prefix that does not exist",
 			obj:      machine(machineSpec(hp("/srv/capct/missing"))),
-			atLaunch: "nothing refuses it: the engine creates the missing directory (bind mounts), under the allowed prefix only"},
+			atLaunch: "Launched False, HostPathNotFound (not final), naming spec.extraMounts[0].hostPath: CAPCT binds it as a mount, which the engine refuses instead of creating the directory"},
 		{kind: "ContainerMachine", input: "mount added by an update onto /etc",
 			obj: machine(func(*infrav1.ContainerMachine) {}),
 			update: func(o client.Object) {
@@ -284,7 +284,7 @@ func hostileCases() []hostileCase {
 			refused: "spec.preLoadImages[0]"},
 		{kind: "ContainerMachine", input: "image allowed but not on the container host",
 			obj:      machine(machineSpec(image("capct/node:v0.0.0-missing"))),
-			atLaunch: "policy.MissingImages before create: a non-terminal condition naming spec.image (CAPCT never pulls)"},
+			atLaunch: "Launched False, ImageNotOnHost (not final), naming spec.image: CAPCT never pulls, and launches once the image is loaded"},
 
 		// ContainerMachine: identity and count.
 		{kind: "ContainerMachine", input: "providerID preset on create",
