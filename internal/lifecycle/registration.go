@@ -18,8 +18,13 @@ import (
 )
 
 const (
-	// FieldOwner is CAPCT's field manager for what it sets on Nodes.
-	FieldOwner = "capct"
+	// FieldOwner is the server-side apply field manager of what
+	// Registration sets on Nodes: spec.providerID, nothing else. Each
+	// component that applies to Nodes has its own manager, because an apply
+	// asks to remove every field its manager owned and no longer lists:
+	// shared with node IPAM, whose applies do not list the providerID, it
+	// would ask to clear the providerID, which Node validation refuses.
+	FieldOwner = "capct-registration"
 	// nodePoll is how often a machine waiting on its Node looks again.
 	nodePoll = 5 * time.Second
 )
@@ -70,14 +75,17 @@ func (r *Registration) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Res
 		return ctrl.Result{RequeueAfter: nodePoll}, nil
 	}
 	if node.Spec.ProviderID == "" {
-		if err := ssa.Apply(ctx, workload, FieldOwner, &corev1.Node{
+		applied := &corev1.Node{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
 			ObjectMeta: metav1.ObjectMeta{Name: node.Name},
 			Spec:       corev1.NodeSpec{ProviderID: s.ProviderID()},
-		}); err != nil {
+		}
+		if err := ssa.Apply(ctx, workload, FieldOwner, applied); err != nil {
 			return ctrl.Result{}, fmt.Errorf("failed to set providerID on Node %s: %w", node.Name, err)
 		}
-		node.Spec.ProviderID = s.ProviderID()
+		// The Node as the server returned it: the later phases apply with
+		// its resourceVersion, and the one read before is stale now.
+		node = applied
 	}
 	s.Node = node
 	if !conditions.IsTrue(cm, infrav1.RegisteredCondition) {

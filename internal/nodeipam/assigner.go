@@ -28,8 +28,10 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/ssa"
 )
 
-// FieldOwner is the server-side apply field owner of Node.spec.podCIDR(s).
-const FieldOwner = "capct"
+// FieldOwner is the server-side apply field manager of Node.spec.podCIDR
+// and spec.podCIDRs, and of nothing else: see lifecycle.FieldOwner for why
+// the two never share one.
+const FieldOwner = "capct-nodeipam"
 
 // Event reasons.
 const (

@@ -1,0 +1,119 @@
+package nodeipam
+
+import (
+	"context"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
+	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
+)
+
+// apiServer is a real API server for what only one can judge: Node
+// validation and server-side apply's field ownership. The other tests of
+// the package use fake clients.
+var apiServer *envtest.Environment
+
+func TestMain(m *testing.M) {
+	os.Exit(envtest.Run(m, func(_ context.Context, e *envtest.Environment) error {
+		apiServer = e
+		return nil
+	}, nil))
+}
+
+// A kubelet that registers without --provider-id leaves spec.providerID
+// empty. Registration then applies the providerID and node IPAM the pod
+// CIDRs, each as its own field manager: the second apply must not ask to
+// clear the first one's field (Node validation refuses that, and the Node
+// would never get its pod CIDRs), and a second pass must write nothing.
+func TestRegistrationAndNodeIPAMEachOwnTheirNodeFields(t *testing.T) {
+	e := newEnv(t, []string{"10.244.0.0/16"}, infrav1.PodCIDRAllocation{})
+	ctx := e.ctx
+	workload := apiServer.Client
+
+	cm := &infrav1.ContainerMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cp-0",
+		Labels: map[string]string{clusterv1.ClusterNameLabel: e.cluster.Name, clusterv1.MachineControlPlaneLabel: ""}}}
+	s := &lifecycle.MachineScope{Cluster: e.cluster, ContainerCluster: e.cc, ContainerMachine: cm}
+	cm.Spec.ProviderID = s.ProviderID()
+	cm.Status.Initialization.Provisioned = ptr.To(true)
+	if err := e.mgmt.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.rt.CreateMachine(ctx, container.MachineSpec{Name: s.ContainerName(), Image: "capct/node:v1.35.4",
+		Network: e.network, Labels: s.ContainerLabels(), Role: container.RoleControlPlane})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rt.Start(ctx, m.Name, s.Owner()); err != nil {
+		t.Fatal(err)
+	}
+	s.Container, _ = e.rt.Inspect(ctx, m.Name)
+
+	// The kubelet registers the Node, without a providerID.
+	kubelet := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.ContainerName()}}
+	if err := workload.Create(ctx, kubelet, client.FieldOwner("kubelet")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = workload.Delete(context.Background(), kubelet) })
+
+	registration := &lifecycle.Registration{Deps: &lifecycle.Deps{
+		Client: e.mgmt, Runtime: e.rt, Clock: clocktesting.NewFakePassiveClock(time.Unix(1700000000, 0)),
+		Recorder:       record.NewFakeRecorder(10),
+		WorkloadClient: func(context.Context, client.ObjectKey) (client.Client, error) { return workload, nil },
+	}}
+	pass := func() {
+		t.Helper()
+		if _, err := registration.Reconcile(ctx, s); err != nil {
+			t.Fatalf("Registration: %v", err)
+		}
+		if s.Node == nil {
+			t.Fatal("Registration found no Node")
+		}
+		if done, err := e.a.AssignPodCIDRs(ctx, s, workload); err != nil || !done {
+			t.Fatalf("AssignPodCIDRs: done %v, %v", done, err)
+		}
+	}
+	pass()
+
+	node := &corev1.Node{}
+	if err := workload.Get(ctx, client.ObjectKey{Name: s.ContainerName()}, node); err != nil {
+		t.Fatal(err)
+	}
+	if node.Spec.ProviderID != s.ProviderID() {
+		t.Fatalf("providerID %q, want %q", node.Spec.ProviderID, s.ProviderID())
+	}
+	if len(node.Spec.PodCIDRs) != 1 || node.Spec.PodCIDR != node.Spec.PodCIDRs[0] || !slices.Equal(node.Spec.PodCIDRs, cm.Status.PodCIDRs) {
+		t.Fatalf("pod CIDRs %q / %v, want the allocation %v", node.Spec.PodCIDR, node.Spec.PodCIDRs, cm.Status.PodCIDRs)
+	}
+	var managers []string
+	for _, f := range node.ManagedFields {
+		managers = append(managers, f.Manager)
+	}
+	for _, want := range []string{lifecycle.FieldOwner, FieldOwner} {
+		if !slices.Contains(managers, want) {
+			t.Fatalf("no field manager %s on the Node: %v", want, managers)
+		}
+	}
+
+	// Nothing changed, so nothing is written.
+	before := node.ResourceVersion
+	pass()
+	if err := workload.Get(ctx, client.ObjectKey{Name: s.ContainerName()}, node); err != nil {
+		t.Fatal(err)
+	}
+	if node.ResourceVersion != before {
+		t.Fatalf("a second pass wrote the Node: resourceVersion %s, was %s", node.ResourceVersion, before)
+	}
+}
