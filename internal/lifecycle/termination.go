@@ -10,18 +10,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 )
 
 // deletionPoll is how soon a deletion looks again for a container that is
 // still there.
 const deletionPoll = time.Second
-
-// LoadBalancerSyncer rewrites a cluster's load balancer configuration.
-type LoadBalancerSyncer interface {
-	// SyncFor rewrites the configuration of the load balancer in front of
-	// the machine's control plane, if it changed.
-	SyncFor(ctx context.Context, s *MachineScope) error
-}
 
 // Termination deletes a machine's container. A control-plane machine leaves
 // the load balancer first (its weight drops to 0 as soon as it is being
@@ -30,7 +24,9 @@ type LoadBalancerSyncer interface {
 // finalizer; a container that is already gone never blocks deletion.
 type Termination struct {
 	*Deps
-	LoadBalancer LoadBalancerSyncer
+	// LoadBalancer rewrites the configuration of the load balancer in front
+	// of a control-plane machine's cluster; nil leaves it alone.
+	LoadBalancer *loadbalancer.LoadBalancer
 }
 
 // Reconcile returns done once the container is gone.
@@ -38,7 +34,7 @@ func (t *Termination) Reconcile(ctx context.Context, s *MachineScope) (done bool
 	cm := s.ContainerMachine
 	t.Bootstraps.Forget(client.ObjectKeyFromObject(cm))
 	if s.IsControlPlane() && t.LoadBalancer != nil && s.ContainerCluster != nil && s.ContainerCluster.DeletionTimestamp.IsZero() {
-		if err := t.LoadBalancer.SyncFor(ctx, s); err != nil {
+		if _, err := t.LoadBalancer.Sync(ctx, s.Cluster, s.ContainerCluster); err != nil {
 			return false, ctrl.Result{}, fmt.Errorf("failed to take ContainerMachine %s/%s out of the load balancer: %w", cm.Namespace, cm.Name, err)
 		}
 	}

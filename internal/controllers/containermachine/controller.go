@@ -109,7 +109,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	r.lifecycle = lifecycle.NewMachine(deps)
 	r.termination = &lifecycle.Termination{
 		Deps:         deps,
-		LoadBalancer: lbSyncer{&loadbalancer.LoadBalancer{Client: r.Client, Runtime: r.Runtime}},
+		LoadBalancer: &loadbalancer.LoadBalancer{Client: r.Client, Runtime: r.Runtime},
 	}
 
 	log := ctrl.LoggerFrom(ctx)
@@ -330,14 +330,6 @@ func (r *Reconciler) pumpContainerEvents(ctx context.Context) {
 	}, func(err error) {
 		log.Info("Container events are not available yet; retrying", "err", err.Error())
 	})
-}
-
-// lbSyncer syncs the load balancer in front of a machine's cluster.
-type lbSyncer struct{ lb *loadbalancer.LoadBalancer }
-
-func (l lbSyncer) SyncFor(ctx context.Context, s *lifecycle.MachineScope) error {
-	_, err := l.lb.Sync(ctx, s.Cluster, s.ContainerCluster)
-	return err
 }
 
 var _ reconcile.Reconciler = &Reconciler{}
