@@ -140,6 +140,7 @@ const (
 // +kubebuilder:printcolumn:name="Provider ID",type="string",JSONPath=".spec.providerID",priority=10
 // +kubebuilder:printcolumn:name="IP",type="string",JSONPath=`.status.addresses[?(@.type=="InternalIP")].address`,priority=10
 // +kubebuilder:printcolumn:name="Pod CIDRs",type="string",JSONPath=".status.podCIDRs",priority=10
+// +kubebuilder:printcolumn:name="Container",type="string",JSONPath=`.status.conditions[?(@.type=="ContainerRunning")].reason`,description="Whether the container runs (Running, Stopped, Restarting, EngineUnreachable)",priority=10
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 
