@@ -6,6 +6,8 @@ import (
 
 	"sigs.k8s.io/cluster-api/util"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/capct/cluster-api-provider-container/internal/container"
 )
 
 // Phase is one step of a machine's life. Reconcile is idempotent: it looks
@@ -40,6 +42,13 @@ func (m *Machine) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, 
 	var errs []error
 	for _, p := range m.phases {
 		res, err := p.Reconcile(ctx, s)
+		if container.IsUnreachable(err) {
+			// The engine being away is waiting, not failing (Launch reports
+			// it on ContainerRunning): look again soon rather than back off
+			// for minutes after it is back.
+			ctrl.LoggerFrom(ctx).V(4).Info("The container engine does not answer; looking again soon", "err", err.Error())
+			res, err = util.LowestNonZeroResult(res, ctrl.Result{RequeueAfter: containerRecheck}), nil
+		}
 		if err != nil {
 			errs = append(errs, err)
 		}
