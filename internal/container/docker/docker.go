@@ -560,6 +560,7 @@ func setAddresses(m *container.Machine, ep *network.EndpointSettings) {
 	}
 }
 
+// portMappings reads a port map, sorted by container port and host address.
 func portMappings(pm nat.PortMap) []container.PortMapping {
 	var out []container.PortMapping
 	for p, bs := range pm {
@@ -577,20 +578,14 @@ func portMappings(pm nat.PortMap) []container.PortMapping {
 	return out
 }
 
+// ports reads the bindings the engine made: the same map as the requested
+// mappings, reported as PortBindings.
 func ports(pm nat.PortMap) []container.PortBinding {
-	var out []container.PortBinding
-	for p, bs := range pm {
-		for _, b := range bs {
-			hp, _ := strconv.Atoi(b.HostPort)
-			out = append(out, container.PortBinding{ContainerPort: p.Int(), Protocol: p.Proto(), HostIP: b.HostIP, HostPort: hp})
-		}
+	mappings := portMappings(pm)
+	out := make([]container.PortBinding, 0, len(mappings))
+	for _, m := range mappings {
+		out = append(out, container.PortBinding{ContainerPort: m.ContainerPort, Protocol: m.Protocol, HostIP: m.HostIP, HostPort: m.HostPort})
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].ContainerPort != out[j].ContainerPort {
-			return out[i].ContainerPort < out[j].ContainerPort
-		}
-		return out[i].HostIP < out[j].HostIP
-	})
 	return out
 }
 
