@@ -7,13 +7,13 @@ import (
 	"net/netip"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/clusters"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/ipam"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
@@ -27,15 +27,9 @@ import (
 // after a machine's container is deleted and periodically; AssignPodCIDRs
 // calls it after every assignment. It does nothing when node IPAM is off.
 func (a *Assigner) SyncRoutes(ctx context.Context, cluster *clusterv1.Cluster) error {
-	var cc *infrav1.ContainerCluster
-	if ref := cluster.Spec.InfrastructureRef; ref.Name != "" {
-		cc = &infrav1.ContainerCluster{}
-		if err := a.reader.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: ref.Name}, cc); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return fmt.Errorf("failed to get ContainerCluster %s/%s: %w", cluster.Namespace, ref.Name, err)
-			}
-			cc = nil
-		}
+	cc, err := clusters.ContainerCluster(ctx, a.reader, cluster)
+	if err != nil {
+		return err
 	}
 	cfg, enabled, _, err := ClusterConfig(cluster, cc)
 	if err != nil || !enabled {

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/clusters"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
@@ -288,16 +289,11 @@ func (r *Reconciler) scope(ctx context.Context, cluster *clusterv1.Cluster, cm *
 			}
 		}
 	}
-	if ref := cluster.Spec.InfrastructureRef; ref.Name != "" {
-		cc := &infrav1.ContainerCluster{}
-		err := r.Client.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: ref.Name}, cc)
-		switch {
-		case err == nil:
-			s.ContainerCluster = cc
-		case !apierrors.IsNotFound(err):
-			return nil, fmt.Errorf("failed to get ContainerCluster %s/%s: %w", cluster.Namespace, ref.Name, err)
-		}
+	cc, err := clusters.ContainerCluster(ctx, r.Client, cluster)
+	if err != nil {
+		return nil, err
 	}
+	s.ContainerCluster = cc
 	return s, nil
 }
 

@@ -29,6 +29,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/clusters"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/ssa"
@@ -469,16 +470,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 // invalid owner when the cluster or its ContainerCluster is gone (then the
 // cluster's own deletion removes what is left).
 func (r *Reconciler) clusterOwner(ctx context.Context, cluster *clusterv1.Cluster) (container.Owner, error) {
-	if cluster == nil || cluster.Spec.InfrastructureRef.Name == "" {
-		return container.Owner{}, nil
-	}
-	cc := &infrav1.ContainerCluster{}
-	key := client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.Spec.InfrastructureRef.Name}
-	if err := r.Client.Get(ctx, key, cc); err != nil {
-		if apierrors.IsNotFound(err) {
-			return container.Owner{}, nil
-		}
-		return container.Owner{}, fmt.Errorf("failed to get ContainerCluster %s: %w", key, err)
+	cc, err := clusters.ContainerCluster(ctx, r.Client, cluster)
+	if err != nil || cc == nil {
+		return container.Owner{}, err
 	}
 	return naming.ClusterOwner(cluster, cc), nil
 }
