@@ -84,6 +84,34 @@ type Config struct {
 	BackendPort  int
 	IPv6         bool
 	Backends     []Backend
+
+	// The names CAPD's templates use, filled from the fields above when a
+	// template is rendered: the API keeps CAPD's customHAProxyConfigTemplateRef,
+	// so a template written for CAPD renders with CAPCT as it is.
+
+	// FrontendControlPlanePort is FrontendPort as text.
+	FrontendControlPlanePort string
+	// BackendControlPlanePort is BackendPort as text.
+	BackendControlPlanePort string
+	// BackendServers are the Backends by name.
+	BackendServers map[string]BackendServer
+}
+
+// BackendServer is a backend as CAPD's templates see it.
+type BackendServer struct {
+	Address string
+	Weight  int
+}
+
+// withCAPDNames fills the fields that carry CAPD's names.
+func (c Config) withCAPDNames() Config {
+	c.FrontendControlPlanePort = strconv.Itoa(c.FrontendPort)
+	c.BackendControlPlanePort = strconv.Itoa(c.BackendPort)
+	c.BackendServers = make(map[string]BackendServer, len(c.Backends))
+	for _, b := range c.Backends {
+		c.BackendServers[b.Name] = BackendServer{Address: b.Address, Weight: b.Weight}
+	}
+	return c
 }
 
 // Bounds on custom templates. A template comes from a ConfigMap that anyone
@@ -112,9 +140,10 @@ type limits struct {
 
 // Render renders the default template, or custom when it is not empty (the
 // "value" of the ConfigMap named by spec.loadBalancer.customHAProxyConfigTemplateRef).
-// Custom templates see the same fields and the JoinHostPort function. They
-// may range only over .Backends, nested at most twice, and may not define or
-// call templates, so that their cost is bounded by the control plane's size;
+// Custom templates see the same fields, CAPD's names for them and the
+// JoinHostPort function (whose port may be a number or text). They may range
+// only over .Backends or .BackendServers, nested at most twice, and may not
+// define or call templates, so that their cost is bounded by the control plane's size;
 // the text, the output and the time are bounded as well.
 func Render(custom string, cfg Config) ([]byte, error) {
 	return render(custom, cfg, limits{template: MaxTemplateSize, output: MaxConfigSize, timeout: RenderTimeout})
@@ -129,7 +158,7 @@ func render(custom string, cfg Config, lim limits) ([]byte, error) {
 		text = custom
 	}
 	tmpl, err := template.New("haproxy").Funcs(template.FuncMap{
-		"JoinHostPort": func(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) },
+		"JoinHostPort": func(host string, port any) string { return net.JoinHostPort(host, fmt.Sprint(port)) },
 	}).Option("missingkey=error").Parse(text)
 	if err != nil {
 		return nil, fmt.Errorf("failed to parse the HAProxy configuration template: %w", err)
@@ -142,6 +171,7 @@ func render(custom string, cfg Config, lim limits) ([]byte, error) {
 	}
 	out := &boundedWriter{limit: lim.output}
 	done := make(chan error, 1)
+	cfg = cfg.withCAPDNames()
 	go func() { done <- tmpl.Execute(out, cfg) }()
 	timer := time.NewTimer(lim.timeout)
 	defer timer.Stop()
@@ -175,7 +205,7 @@ func checkCost(node parse.Node, depth int) error {
 		}
 	case *parse.RangeNode:
 		if !isBackends(n.Pipe) {
-			return fmt.Errorf("line %d: range over %s: only .Backends may be ranged over", n.Line, n.Pipe)
+			return fmt.Errorf("line %d: range over %s: only .Backends and .BackendServers may be ranged over", n.Line, n.Pipe)
 		}
 		if depth+1 > maxRangeDepth {
 			return fmt.Errorf("line %d: ranges nested deeper than %d", n.Line, maxRangeDepth)
@@ -191,17 +221,19 @@ func checkCost(node parse.Node, depth int) error {
 	return nil
 }
 
-// isBackends reports whether a range pipeline is .Backends or $.Backends,
-// with or without declared variables.
+// isBackends reports whether a range pipeline is the backends, under
+// either name (.Backends, .BackendServers, or the same after $), with or
+// without declared variables.
 func isBackends(pipe *parse.PipeNode) bool {
 	if pipe == nil || len(pipe.Cmds) != 1 || len(pipe.Cmds[0].Args) != 1 {
 		return false
 	}
+	backends := func(name string) bool { return name == "Backends" || name == "BackendServers" }
 	switch arg := pipe.Cmds[0].Args[0].(type) {
 	case *parse.FieldNode:
-		return len(arg.Ident) == 1 && arg.Ident[0] == "Backends"
+		return len(arg.Ident) == 1 && backends(arg.Ident[0])
 	case *parse.VariableNode:
-		return len(arg.Ident) == 2 && arg.Ident[0] == "$" && arg.Ident[1] == "Backends"
+		return len(arg.Ident) == 2 && arg.Ident[0] == "$" && backends(arg.Ident[1])
 	}
 	return false
 }

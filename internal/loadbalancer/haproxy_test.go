@@ -34,6 +34,36 @@ func TestRenderDefaultAndCustom(t *testing.T) {
 	}
 }
 
+// A custom template written for CAPD, with CAPD's names for the ports and
+// the backends and a text port for JoinHostPort, renders with CAPCT.
+func TestRenderTemplatesWrittenForCAPD(t *testing.T) {
+	cfg := backends(2)
+	cfg.Backends[1].Weight = 0
+	custom := `frontend control-plane
+  bind *:{{ .FrontendControlPlanePort }}
+  {{- if .IPv6 }}
+  bind :::{{ .FrontendControlPlanePort }};
+  {{- end }}
+backend kube-apiservers
+  {{- range $server, $backend := .BackendServers }}
+  server {{ $server }} {{ JoinHostPort $backend.Address $.BackendControlPlanePort }} weight {{ $backend.Weight }} check
+  {{- end }}
+`
+	out, err := Render(custom, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `frontend control-plane
+  bind *:6443
+backend kube-apiservers
+  server cp-0 10.0.0.1:6443 weight 100 check
+  server cp-1 10.0.0.2:6443 weight 0 check
+`
+	if string(out) != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", out, want)
+	}
+}
+
 // TestRenderRefusesUnboundedTemplates covers what a hostile ConfigMap could
 // do to the manager: each is refused quickly with ErrTemplateRefused.
 func TestRenderRefusesUnboundedTemplates(t *testing.T) {
@@ -43,9 +73,10 @@ func TestRenderRefusesUnboundedTemplates(t *testing.T) {
 		want     string
 	}{
 		{name: "text over the size bound", template: strings.Repeat("#", MaxTemplateSize+1), want: "more than 65536"},
-		{name: "ranging over a number", template: `{{ range 100000000000 }}{{ end }}`, want: "only .Backends may be ranged over"},
+		{name: "ranging over a number", template: `{{ range 100000000000 }}{{ end }}`, want: "only .Backends and .BackendServers may be ranged over"},
 		{name: "ranging over a variable", template: `{{ $n := 100000000000 }}{{ range $n }}{{ end }}`, want: "only .Backends"},
 		{name: "ranges nested three deep", template: `{{ range .Backends }}{{ range .Backends }}{{ range .Backends }}{{ end }}{{ end }}{{ end }}`, want: "nested deeper than 2"},
+		{name: "CAPD's names nested three deep", template: `{{ range .BackendServers }}{{ range $.BackendServers }}{{ range $.Backends }}{{ end }}{{ end }}{{ end }}`, want: "nested deeper than 2"},
 		{name: "a range hidden in an if", template: `{{ if .IPv6 }}{{ else }}{{ range 5 }}{{ end }}{{ end }}`, want: "only .Backends"},
 		{name: "a recursive template", template: `{{ define "a" }}{{ template "a" . }}{{ template "a" . }}{{ end }}{{ template "a" . }}`, want: "defines templates"},
 		{name: "output over the size bound", template: `{{ range .Backends }}{{ range $.Backends }}{{ printf "%999999d" 1 }}{{ end }}{{ end }}`, want: "larger than 1048576 bytes"},
