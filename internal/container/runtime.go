@@ -76,8 +76,6 @@ type Runtime interface {
 	// SaveImages returns a `docker save` style tar of the images refs. The
 	// caller closes it.
 	SaveImages(ctx context.Context, refs []string) (io.ReadCloser, error)
-	// LoadImage loads a `docker save` style tar into the engine.
-	LoadImage(ctx context.Context, tar io.Reader) error
 
 	// Events streams start, die and destroy events of CAPCT containers
 	// whose labels contain labelSelector. The channel is closed when ctx

@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// ImageTransferTimeout bounds SaveImages (until its archive is closed) and
-// LoadImage under WithCallTimeout. Their duration grows with the images'
+// ImageTransferTimeout bounds SaveImages (until its archive is closed)
+// under WithCallTimeout. Their duration grows with the images'
 // size (a node image is about a gigabyte, and it goes through the engine
 // twice when preloaded), so the bound of an API round trip would cut them
 // off; ten minutes is room for a few gigabytes on a loaded small host.
@@ -24,7 +24,7 @@ const ImageTransferTimeout = 10 * time.Minute
 // Exceptions, each because the call's own work is longer than a round trip:
 // Exec gets the longer of its ExecInput.Timeout and d; an Exec without a
 // timeout whose context already has a deadline (a bootstrap step under the
-// bootstrap timeout) keeps that deadline alone. SaveImages and LoadImage get
+// bootstrap timeout) keeps that deadline alone. SaveImages gets
 // ImageTransferTimeout. Events is a stream that lives as long as its
 // context and is not bounded. A d of 0 or less returns rt unchanged.
 func WithCallTimeout(rt Runtime, d time.Duration) Runtime {
@@ -146,11 +146,6 @@ func (b *boundedRuntime) SaveImages(ctx context.Context, refs []string) (io.Read
 		return nil, unanswered(ctx, bctx, ImageTransferTimeout, err)
 	}
 	return &cancelOnClose{ReadCloser: rc, cancel: cancel}, nil
-}
-
-func (b *boundedRuntime) LoadImage(ctx context.Context, tar io.Reader) error {
-	_, err := call(ctx, ImageTransferTimeout, noValue(func(ctx context.Context) error { return b.rt.LoadImage(ctx, tar) }))
-	return err
 }
 
 // Events is not bounded: it streams for as long as ctx lives.

@@ -949,7 +949,8 @@ func (r *Runtime) SaveImages(ctx context.Context, refs []string) (io.ReadCloser,
 	return io.NopCloser(&buf), nil
 }
 
-// LoadImage implements container.Runtime: it reads a tar made by SaveImages.
+// LoadImage reads a tar made by SaveImages, as the Docker runtime's
+// LoadImage does; like it, it is for tests, not part of the runtime seam.
 func (r *Runtime) LoadImage(ctx context.Context, in io.Reader) error {
 	tr := tar.NewReader(in)
 	loaded := map[string][]byte{}
