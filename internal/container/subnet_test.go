@@ -1,6 +1,7 @@
 package container
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 )
@@ -8,8 +9,14 @@ import (
 func TestSubnetsAreDeterministicAndInRange(t *testing.T) {
 	v4range := netip.MustParsePrefix("172.16.0.0/12")
 	ula := netip.MustParsePrefix("fc00::/8")
-	for _, name := range []string{"c1", "capct-c1", "a-much-longer-cluster-network-name"} {
-		seen := map[netip.Prefix]bool{}
+	// Many names: with a hash per attempt, some name's five IPv4 /20s (of
+	// 256) would repeat one.
+	names := []string{"c1", "capct-c1", "a-much-longer-cluster-network-name"}
+	for i := range 300 {
+		names = append(names, fmt.Sprintf("capct-ns%d-c%d", i, i%7))
+	}
+	for _, name := range names {
+		seen4, seen6 := map[netip.Prefix]bool{}, map[netip.Prefix]bool{}
 		for a := range MaxSubnetAttempts {
 			v4, v6 := Subnets(name, a)
 			v4b, v6b := Subnets(name, a)
@@ -22,10 +29,10 @@ func TestSubnetsAreDeterministicAndInRange(t *testing.T) {
 			if v6.Bits() != 64 || !ula.Contains(v6.Addr()) || v6.Masked() != v6 {
 				t.Fatalf("v6 %s outside fc00::/8 or not a /64", v6)
 			}
-			seen[v6] = true
+			seen4[v4], seen6[v6] = true, true
 		}
-		if len(seen) != MaxSubnetAttempts {
-			t.Fatalf("attempts must give different subnets for %s", name)
+		if len(seen4) != MaxSubnetAttempts || len(seen6) != MaxSubnetAttempts {
+			t.Fatalf("attempts must give different subnets for %s: %d IPv4 and %d IPv6 of %d", name, len(seen4), len(seen6), MaxSubnetAttempts)
 		}
 	}
 	if Gateway(netip.MustParsePrefix("172.20.16.0/20")) != netip.MustParseAddr("172.20.16.1") {
