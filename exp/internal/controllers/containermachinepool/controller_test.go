@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,24 +108,28 @@ func TestDeleteMachineAnnotationFirst(t *testing.T) {
 	eventually(t, settle, "5 replicas", f.settled(5))
 	ctx := ctxT(t)
 	s := f.state()
-	// The two youngest, so that age alone would keep them.
-	marked := map[string]bool{}
-	newest := s.machines
-	for i := 0; i < len(newest); i++ {
-		for j := i + 1; j < len(newest); j++ {
-			if newest[j].CreationTimestamp.After(newest[i].CreationTimestamp.Time) {
-				newest[i], newest[j] = newest[j], newest[i]
-			}
+	// The two that the order without annotations (the ContainerMachines'
+	// oldest first, ties by name: creation times have one-second
+	// resolution) would keep, so that only the annotation can make them go.
+	keptFirst := s.cms
+	sort.Slice(keptFirst, func(i, j int) bool {
+		ti, tj := keptFirst[i].CreationTimestamp, keptFirst[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return tj.Before(&ti)
 		}
-	}
-	for _, m := range newest[:2] {
+		return keptFirst[i].Name > keptFirst[j].Name
+	})
+	marked := map[string]bool{keptFirst[0].Name: true, keptFirst[1].Name: true}
+	for _, m := range s.machines {
+		if !marked[m.Name] {
+			continue
+		}
 		before := m.DeepCopy()
 		if m.Annotations == nil {
 			m.Annotations = map[string]string{}
 		}
 		m.Annotations[clusterv1.DeleteMachineAnnotation] = ""
 		must(t, env.Client.Patch(ctx, &m, client.MergeFrom(before)))
-		marked[m.Name] = true
 	}
 	f.scale(3)
 	eventually(t, settle, "3 replicas", f.settled(3))
