@@ -195,10 +195,36 @@ func TestMissingContainerIsSeenFromEvents(t *testing.T) {
 	_, cluster := newCluster(t, g, ctx, "c2")
 	_, cm := newMachine(g, ctx, cluster, "cp-0")
 	name := naming.ContainerName(cluster.Namespace, cluster.Name, cm.Name)
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}) })
 	g.Eventually(func(g Gomega) {
 		get(g, ctx, cm)
-		g.Expect(conditions.IsTrue(cm, infrav1.LaunchedCondition)).To(BeTrue())
+		g.Expect(cm.Status.Initialization.Provisioned).To(Equal(ptr.To(true)))
 	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	// Ready first: a Ready machine has nothing queued (no node poll), so
+	// only the container's destroy event can bring it back within seconds.
+	reportNode(g, ctx, name, corev1.ConditionTrue)
+	g.Eventually(func(g Gomega) {
+		get(g, ctx, cm)
+		g.Expect(conditions.IsTrue(cm, infrav1.ReadyCondition)).To(BeTrue(), "Ready: %v", conditions.Get(cm, infrav1.ReadyCondition))
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	// And settled: Cluster API's reaction to the Ready machine (Machine
+	// status, which the controller watches) is over once neither object
+	// has changed for 3 s.
+	settledFor := func(d time.Duration) func() bool {
+		machine := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: cm.Namespace, Name: cm.Name}}
+		var last string
+		var since time.Time
+		return func() bool {
+			if env.Client.Get(ctx, client.ObjectKeyFromObject(cm), cm) != nil || env.Client.Get(ctx, client.ObjectKeyFromObject(machine), machine) != nil {
+				return false
+			}
+			if v := cm.ResourceVersion + "/" + machine.ResourceVersion; v != last {
+				last, since = v, time.Now()
+			}
+			return time.Since(since) >= d
+		}
+	}
+	g.Eventually(settledFor(3*time.Second), 30*time.Second, 200*time.Millisecond).Should(BeTrue())
 
 	removed := time.Now()
 	g.Expect(runtime.RemoveOutOfBand(name)).To(BeTrue())
