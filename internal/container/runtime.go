@@ -255,6 +255,13 @@ const (
 	// when the engine starts again, unless it was stopped through the
 	// engine (Stop).
 	RestartUnlessStopped RestartPolicy = "unless-stopped"
+	// RestartAlways restarts the container whenever it exits and whenever
+	// the engine starts again, even after it was stopped or signalled
+	// through the engine. It is for containers that CAPCT signals: Docker
+	// 20.10 counts any signal sent through the engine (a SIGHUP reload) as
+	// a manual stop, and then does not start an unless-stopped container
+	// when the engine starts again.
+	RestartAlways RestartPolicy = "always"
 )
 
 // EffectiveRestartPolicy resolves RestartPolicy with its default.

@@ -76,9 +76,13 @@ func ImageOrDefault(image string) string {
 // object's status. A load balancer made before ports were fixed keeps its
 // port and address the same way.
 //
-// The restart policy is unless-stopped, not kind's on-failure:1: the load
-// balancer must come back when the engine restarts, which on-failure does
-// not do, and after any crash, however many.
+// The restart policy is always, not kind's on-failure:1: the load balancer
+// must come back when the engine restarts, which on-failure does not do,
+// and after any crash, however many. Not unless-stopped, as the nodes: CAPCT
+// reloads HAProxy with a SIGHUP through the engine, which Docker 20.10
+// counts as a manual stop, so an unless-stopped load balancer that was ever
+// reloaded stayed down when the engine started again (seen in
+// make test-restart until CAPCT started it itself, 43 s later).
 func (lb *LoadBalancer) Ensure(ctx context.Context, spec Spec) (*container.Machine, error) {
 	name := naming.LoadBalancerName(spec.Cluster.Namespace, spec.Cluster.Name)
 	image := ImageOrDefault(spec.Image)
@@ -91,7 +95,7 @@ func (lb *LoadBalancer) Ensure(ctx context.Context, spec Spec) (*container.Machi
 		Role:          container.RoleLoadBalancer,
 		Privileged:    &privileged,
 		IPFamily:      spec.IPFamily,
-		RestartPolicy: container.RestartUnlessStopped,
+		RestartPolicy: container.RestartAlways,
 		PortMappings:  []container.PortMapping{{ContainerPort: APIServerPort, HostIP: "127.0.0.1"}},
 	}
 	launcher := &nodeaddr.Launcher{Runtime: lb.Runtime}

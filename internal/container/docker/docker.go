@@ -420,8 +420,11 @@ func (r *Runtime) configs(spec container.MachineSpec) (*dcontainer.Config, *dcon
 			}
 		}
 	}
-	if spec.EffectiveRestartPolicy() == container.RestartUnlessStopped {
+	switch spec.EffectiveRestartPolicy() {
+	case container.RestartUnlessStopped:
 		hc.RestartPolicy = dcontainer.RestartPolicy{Name: dcontainer.RestartPolicyUnlessStopped}
+	case container.RestartAlways:
+		hc.RestartPolicy = dcontainer.RestartPolicy{Name: dcontainer.RestartPolicyAlways}
 	}
 	nc := &network.NetworkingConfig{}
 	if spec.Network != "" && (spec.StaticIPv4.IsValid() || spec.StaticIPv6.IsValid()) {

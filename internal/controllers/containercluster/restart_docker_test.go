@@ -103,10 +103,10 @@ func TestRestartedContainersKeepAddressesAndPort(t *testing.T) {
 	g.Expect(cm.Status.Addresses).To(ContainElement(clusterv1.MachineAddress{Type: clusterv1.MachineInternalIP, Address: node.IPv4.String()}))
 
 	// Both come back after a crash, and with the engine.
-	for _, name := range []string{nodeName, lbName} {
+	for name, want := range map[string]string{nodeName: "unless-stopped", lbName: "always"} {
 		_, policy, err := dockertest.RestartCount(ctx, rt, name)
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(policy).To(Equal("unless-stopped"), "restart policy of %s", name)
+		g.Expect(policy).To(Equal(want), "restart policy of %s", name)
 	}
 	killMainProcess(ctx, g, nodeName, true)
 	killMainProcess(ctx, g, lbName, false)
