@@ -90,12 +90,27 @@ func (l *Launch) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, e
 	case waiting:
 		return ctrl.Result{RequeueAfter: capacityRecheck}, nil
 	}
-	if !conditions.IsUnknown(cm, infrav1.LaunchedCondition) || conditions.Get(cm, infrav1.LaunchedCondition) == nil {
+	image, err := s.Image()
+	if err != nil {
+		setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.InvalidSpecReason, err.Error())
+		l.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.InvalidSpecReason, err.Error())
+		return ctrl.Result{}, reconcile.TerminalError(err)
+	}
+	// Before the launch is marked started, so that a machine that keeps
+	// waiting for the host keeps its condition as it is.
+	if err := l.checkHost(ctx, s, image); err != nil {
+		return l.refused(s, now, nil, err)
+	}
+	was := conditions.Get(cm, infrav1.LaunchedCondition)
+	if was != nil {
+		was = was.DeepCopy()
+	}
+	if was == nil || was.Status != metav1.ConditionUnknown {
 		// Unknown marks the start of the launch: its transition time is
 		// what LaunchTimeout counts from.
 		setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionUnknown, infrav1.InProgressReason, "Creating the container")
 	}
-	return l.create(ctx, s, now)
+	return l.create(ctx, s, now, image, was)
 }
 
 // waitingFor names what the launch still waits for, or returns "".
@@ -136,17 +151,10 @@ func (l *Launch) waitForCapacity(ctx context.Context, s *MachineScope, now time.
 	return true, nil
 }
 
-func (l *Launch) create(ctx context.Context, s *MachineScope, now time.Time) (ctrl.Result, error) {
+// create creates and starts the container from image. was is the Launched
+// condition from before this attempt was marked started.
+func (l *Launch) create(ctx context.Context, s *MachineScope, now time.Time, image string, was *metav1.Condition) (ctrl.Result, error) {
 	cm := s.ContainerMachine
-	image, err := s.Image()
-	if err != nil {
-		setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.InvalidSpecReason, err.Error())
-		l.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.InvalidSpecReason, err.Error())
-		return ctrl.Result{}, reconcile.TerminalError(err)
-	}
-	if err := l.checkHost(ctx, s, image); err != nil {
-		return l.refused(s, now, err)
-	}
 	spec := container.MachineSpec{
 		Name:        s.ContainerName(),
 		Image:       image,
@@ -167,7 +175,7 @@ func (l *Launch) create(ctx context.Context, s *MachineScope, now time.Time) (ct
 	// restarts it.
 	launched, err := (&nodeaddr.Launcher{Runtime: l.Runtime}).Launch(ctx, spec)
 	if path, ok := container.HostPathNotFound(err); ok {
-		return l.refused(s, now, &hostPathNotFoundError{mounts: cm.Spec.ExtraMounts, path: path})
+		return l.refused(s, now, was, &hostPathNotFoundError{mounts: cm.Spec.ExtraMounts, path: path})
 	}
 	if err != nil {
 		return l.failed(s, now, fmt.Errorf("failed to launch container %s for ContainerMachine %s/%s: %w", spec.Name, cm.Namespace, cm.Name, err))
@@ -197,7 +205,12 @@ func (l *Launch) checkHost(ctx context.Context, s *MachineScope, image string) e
 // manager's flags or the host change. A policy violation waits for such a
 // change (a new spec or a restarted manager reconciles it); what is missing
 // on the host is looked for again every hostRecheck.
-func (l *Launch) refused(s *MachineScope, now time.Time, err error) (ctrl.Result, error) {
+//
+// was is the Launched condition from before this attempt was marked
+// started, nil when it was not. A refusal the machine already reported is
+// put back as it was, transition time included, so that waiting writes
+// nothing: a write would wake the machine at once, not after hostRecheck.
+func (l *Launch) refused(s *MachineScope, now time.Time, was *metav1.Condition, err error) (ctrl.Result, error) {
 	cm := s.ContainerMachine
 	var (
 		reason  string
@@ -218,9 +231,14 @@ func (l *Launch) refused(s *MachineScope, now time.Time, err error) (ctrl.Result
 		return l.failed(s, now, fmt.Errorf("failed to check what ContainerMachine %s/%s needs on the container host: %w", cm.Namespace, cm.Name, err))
 	}
 	msg := err.Error()
-	if c := conditions.Get(cm, infrav1.LaunchedCondition); c == nil || c.Reason != reason || c.Message != msg {
-		l.Recorder.Event(cm, corev1.EventTypeWarning, reason, msg)
+	if was == nil {
+		was = conditions.Get(cm, infrav1.LaunchedCondition)
 	}
+	if was != nil && was.Status == metav1.ConditionFalse && was.Reason == reason && was.Message == msg {
+		conditions.Set(cm, *was)
+		return ctrl.Result{RequeueAfter: requeue}, nil
+	}
+	l.Recorder.Event(cm, corev1.EventTypeWarning, reason, msg)
 	setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionFalse, reason, msg)
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }

@@ -289,8 +289,10 @@ func TestLaunchRefusesWhatThePolicyOrTheHostCannotGive(t *testing.T) {
 				s.ContainerMachine.Spec.ExtraMounts = []infrav1.Mount{
 					{HostPath: "/srv/a", ContainerPath: "/a"}, {HostPath: "/srv/missing/", ContainerPath: "/b"},
 				}
-				e.runtime.FailNext(fakeruntime.OpCreateMachine, container.NewError("create", "container", cpName, container.KindInvalid,
-					&container.HostPathNotFoundError{Path: "/srv/missing"}))
+				for range 2 { // the first pass and the repeated one
+					e.runtime.FailNext(fakeruntime.OpCreateMachine, container.NewError("create", "container", cpName, container.KindInvalid,
+						&container.HostPathNotFoundError{Path: "/srv/missing"}))
+				}
 			},
 			wantReason: infrav1.HostPathNotFoundReason, wantField: "spec.extraMounts[1].hostPath", wantRecheck: true,
 			fix: func(e *env, s *MachineScope) {},
@@ -319,6 +321,20 @@ func TestLaunchRefusesWhatThePolicyOrTheHostCannotGive(t *testing.T) {
 			if _, err := e.runtime.Inspect(ctx, cpName); !container.IsNotFound(err) {
 				t.Fatalf("a container was made: %v", err)
 			}
+			// Waiting on writes nothing: the same condition, transition time
+			// included, and no second event. A change would be written and
+			// wake the machine at once, again and again.
+			first := condition(s, infrav1.LaunchedCondition)
+			e.clock.Step(time.Minute)
+			if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if again := condition(s, infrav1.LaunchedCondition); !again.LastTransitionTime.Equal(&first.LastTransitionTime) || again.Reason != first.Reason {
+				t.Fatalf("the condition changed while waiting: %+v, was %+v", again, first)
+			}
+			if n := countEvents(e.recorder, tc.wantReason); n != 1 {
+				t.Fatalf("want one %s event, got %d", tc.wantReason, n)
+			}
 			// Past the launch timeout, still not final.
 			e.clock.Step(2 * LaunchTimeout)
 			tc.fix(e, s)
@@ -327,6 +343,21 @@ func TestLaunchRefusesWhatThePolicyOrTheHostCannotGive(t *testing.T) {
 			}
 			wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
 		})
+	}
+}
+
+// countEvents drains the recorder and counts the events with reason.
+func countEvents(r *record.FakeRecorder, reason string) int {
+	n := 0
+	for {
+		select {
+		case ev := <-r.Events:
+			if strings.Contains(ev, " "+reason+" ") {
+				n++
+			}
+		default:
+			return n
+		}
 	}
 }
 
