@@ -265,6 +265,10 @@ func (e *hostPathNotFoundError) Error() string {
 // container that could not get a static address.
 const StaticAddressUnsupportedReason = "StaticAddressUnsupported"
 
+// LaunchRetriedReason is the reason of the warning event for a container
+// that never started, removed to be launched again on other addresses.
+const LaunchRetriedReason = "LaunchRetried"
+
 // failed records a failed attempt; past LaunchTimeout the failure is final.
 // An engine that is away is not the launch failing (see engineAway).
 func (l *Launch) failed(s *MachineScope, now time.Time, err error) (ctrl.Result, error) {
@@ -322,7 +326,20 @@ func (l *Launch) observe(ctx context.Context, s *MachineScope, m *container.Mach
 			setCondition(cm, now, infrav1.ContainerRunningCondition, metav1.ConditionFalse, reason, msg)
 			return ctrl.Result{RequeueAfter: containerRecheck}, nil
 		}
-		if err := l.Runtime.Start(ctx, m.Name, s.Owner()); err != nil {
+		err := l.Runtime.Start(ctx, m.Name, s.Owner())
+		if container.IsInUse(err) && m.State == container.StateCreated {
+			// Its static address was taken since it was picked. It never
+			// ran, so nothing is lost: it goes, and the next pass launches
+			// it again on addresses picked anew. Starting it again would
+			// fail the same way until the launch timed out.
+			if derr := l.Runtime.Delete(ctx, m.Name, s.Owner()); derr != nil {
+				return l.failed(s, now, errors.Join(fmt.Errorf("failed to start container %s: %w", m.Name, err),
+					fmt.Errorf("failed to remove it to launch it again: %w", derr)))
+			}
+			l.Recorder.Eventf(cm, corev1.EventTypeWarning, LaunchRetriedReason, "Container %s never started (%v); launching it again on new addresses", m.Name, err)
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		if err != nil {
 			return l.failed(s, now, fmt.Errorf("failed to start container %s: %w", m.Name, err))
 		}
 		return ctrl.Result{RequeueAfter: time.Second}, nil

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -730,5 +731,44 @@ func TestTheEngineGoingAwayMidReconcileIsWaitedFor(t *testing.T) {
 	}
 	if c := TerminalCondition(s.ContainerMachine); c != nil {
 		t.Fatalf("the machine failed for good: %s %s", c.Type, c.Reason)
+	}
+}
+
+// A container that was created but never started, and whose static address
+// another container took meanwhile, is removed and launched again on a new
+// address instead of being started in vain until the launch times out.
+func TestACreatedContainerWhoseAddressWasTakenIsLaunchedAgain(t *testing.T) {
+	e := newEnv(t, cloudConfig)
+	ctx := context.Background()
+	s := newScope()
+	// As after a crash between create and start: the container exists,
+	// created, with a static address.
+	if _, err := e.runtime.CreateMachine(ctx, container.MachineSpec{
+		Name: cpName, Image: "capct/node:v1.35.4", Network: "capct-c1", Labels: s.ContainerLabels(),
+		Role: container.RoleControlPlane, StaticIPv4: netip.MustParseAddr("172.16.0.2"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := e.runtime.Inspect(ctx, cpName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.runtime.FailNext(fakeruntime.OpStart, container.NewError("start", "container", cpName, container.KindInUse, errors.New("Address already in use")))
+	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.runtime.Inspect(ctx, cpName); !container.IsNotFound(err) {
+		t.Fatalf("the container that never started is still there: %v", err)
+	}
+	if c := TerminalCondition(s.ContainerMachine); c != nil {
+		t.Fatalf("the machine failed for good: %s %s", c.Type, c.Reason)
+	}
+	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
+	after, err := e.runtime.Inspect(ctx, cpName)
+	if err != nil || after.ID == before.ID || after.State != container.StateRunning {
+		t.Fatalf("want a new running container, got %+v %v", after, err)
 	}
 }
