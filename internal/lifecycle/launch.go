@@ -328,10 +328,12 @@ func (l *Launch) observe(ctx context.Context, s *MachineScope, m *container.Mach
 		}
 		err := l.Runtime.Start(ctx, m.Name, s.Owner())
 		if container.IsInUse(err) && m.State == container.StateCreated {
-			// Its static address was taken since it was picked. It never
-			// ran, so nothing is lost: it goes, and the next pass launches
-			// it again on addresses picked anew. Starting it again would
+			// Its static address was taken since it was picked, or the
+			// engine still holds it for nobody. It never ran, so nothing is
+			// lost: it goes, and the next pass launches it again on
+			// addresses picked anew, skipping the refused ones. Starting it again would
 			// fail the same way until the launch timed out.
+			nodeaddr.Refused(m.Network, m.StaticIPv4, m.StaticIPv6)
 			if derr := l.Runtime.Delete(ctx, m.Name, s.Owner()); derr != nil {
 				return l.failed(s, now, errors.Join(fmt.Errorf("failed to start container %s: %w", m.Name, err),
 					fmt.Errorf("failed to remove it to launch it again: %w", derr)))

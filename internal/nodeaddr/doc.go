@@ -33,5 +33,8 @@
 // The engine checks a static address only when the container starts; an
 // address taken in between by a container CAPCT does not know (another
 // manager, a user's docker run) is refused there, and the launcher removes
-// the container it just created and picks again.
+// the container it just created and picks again. It also remembers the
+// refused address for the life of the process: the engine has been seen to
+// refuse an address that nothing it reports holds, and the lowest free
+// address would otherwise be picked again every time.
 package nodeaddr

@@ -19,6 +19,51 @@ const maxInUseRetries = 3
 // controllers each make their own Launcher and share networks.
 var networkLocks keyedMutex
 
+// refused holds, per network, the addresses the engine refused as in use
+// although nothing it reported held them when they were picked: an address
+// its IPAM kept after a failed start, or a holder CAPCT cannot see. Picks
+// skip them for the life of the process, so that a launch does not pick the
+// same refused address again and again. It only grows by refusals, which
+// are rare, and never past the subnet.
+var refused refusedAddrs
+
+// Refused records that the engine refused addrs on network as in use; the
+// next picks skip them. Launch records its own refusals; callers that start
+// a container outside Launch and meet the refusal record it here.
+func Refused(network string, addrs ...netip.Addr) { refused.add(network, addrs...) }
+
+type refusedAddrs struct {
+	mu        sync.Mutex
+	byNetwork map[string]map[netip.Addr]bool
+}
+
+func (r *refusedAddrs) add(network string, addrs ...netip.Addr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byNetwork == nil {
+		r.byNetwork = map[string]map[netip.Addr]bool{}
+	}
+	for _, a := range addrs {
+		if !a.IsValid() {
+			continue
+		}
+		if r.byNetwork[network] == nil {
+			r.byNetwork[network] = map[netip.Addr]bool{}
+		}
+		r.byNetwork[network][a] = true
+	}
+}
+
+func (r *refusedAddrs) list(network string) []netip.Addr {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]netip.Addr, 0, len(r.byNetwork[network]))
+	for a := range r.byNetwork[network] {
+		out = append(out, a)
+	}
+	return out
+}
+
 // Launcher creates and starts containers with static addresses.
 type Launcher struct {
 	Runtime container.Runtime
@@ -110,6 +155,7 @@ func (l *Launcher) start(ctx context.Context, spec container.MachineSpec, m *con
 		}
 		if err != nil {
 			if created && container.IsInUse(err) {
+				refused.add(spec.Network, spec.StaticIPv4, spec.StaticIPv6)
 				if derr := l.Runtime.Delete(ctx, spec.Name, container.OwnerOf(spec.Labels)); derr != nil {
 					return nil, errors.Join(err, fmt.Errorf("failed to remove container %s whose address was taken: %w", spec.Name, derr))
 				}
@@ -137,7 +183,7 @@ func (l *Launcher) pick(ctx context.Context, network, name string) (Addresses, e
 	if err != nil {
 		return Addresses{}, fmt.Errorf("failed to list the containers on network %s: %w", network, err)
 	}
-	addrs, err := PickAll(FamiliesOf(n), Held(n, machines))
+	addrs, err := PickAll(FamiliesOf(n), append(Held(n, machines), refused.list(network)...))
 	if err != nil {
 		return Addresses{}, fmt.Errorf("failed to pick an address for container %s on network %s: %w", name, network, err)
 	}

@@ -154,16 +154,35 @@ func TestLaunchSkipsForeignAndStoppedHolders(t *testing.T) {
 	}
 }
 
+// The engine refuses an address that nothing it reports holds (its IPAM
+// kept it after a failed start, say): the launch picks another, and so do
+// later launches, instead of picking the refused one again and again.
 func TestLaunchPicksAgainWhenTheEngineSaysInUse(t *testing.T) {
+	t.Cleanup(nodeaddr.ForgetRefused)
 	rt := fake.New(nil)
 	n := managedNetwork(t, rt, container.IPv4)
+	first, err := nodeaddr.PickAll(nodeaddr.FamiliesOf(n), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rt.FailNext(fake.OpStart, container.NewError("start", "container", "c1-a", container.KindInUse, errors.New("Address already in use")))
 	got, err := (&nodeaddr.Launcher{Runtime: rt}).Launch(context.Background(), spec(n.Name, "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Machine.State != container.StateRunning || !got.Machine.StaticIPv4.IsValid() {
-		t.Fatalf("got %+v", got.Machine)
+	if got.Machine.State != container.StateRunning || !got.Machine.StaticIPv4.IsValid() || got.Machine.StaticIPv4 == first.IPv4 {
+		t.Fatalf("want a running container on another address than the refused %s, got %+v", first.IPv4, got.Machine)
+	}
+	// A later launch skips it too, though nothing holds it.
+	if err := rt.Delete(context.Background(), got.Machine.Name, testOwner.ForMachine("a")); err != nil {
+		t.Fatal(err)
+	}
+	again, err := (&nodeaddr.Launcher{Runtime: rt}).Launch(context.Background(), spec(n.Name, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Machine.StaticIPv4 == first.IPv4 {
+		t.Fatalf("a later launch picked the refused address %s again", first.IPv4)
 	}
 }
 
