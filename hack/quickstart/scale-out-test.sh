@@ -113,15 +113,16 @@ wait_pool() {
 }
 
 # pool_gone: nothing of the pool left: no ContainerMachine, no Node, no
-# container.
+# container. The Nodes go last (Cluster API deletes a Node after its
+# machine's infrastructure), so they are waited for too, not checked once.
 pool_gone() {
   local bound=$((SECONDS + 300))
   until [[ -z "$(kmgmt get containermachines -n "$namespace" -l "cluster.x-k8s.io/cluster-name=$cluster" -o name | grep -- "/$pool-" || true)" &&
-    -z "$(docker ps -aq --filter "label=io.x-k8s.capct.cluster=$cluster" --filter "label=io.x-k8s.capct.role=worker")" ]]; do
+    -z "$(docker ps -aq --filter "label=io.x-k8s.capct.cluster=$cluster" --filter "label=io.x-k8s.capct.role=worker")" ]] &&
+    nodes_ready 0 0; do
     ((SECONDS < bound)) || return 1
     sleep 2
   done
-  nodes_ready 0 0
 }
 
 scale_in() {
