@@ -20,7 +20,6 @@ import (
 	"k8s.io/component-base/logs"
 	logsv1 "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/feature"
@@ -41,7 +40,6 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
-	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
 	"github.com/capct/cluster-api-provider-container/internal/webhooks"
 )
@@ -314,8 +312,7 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	// The node IPAM lists ContainerMachines through the API reader, not the
 	// cache: a cache that has not yet seen another machine's fresh
 	// allocation would hand out the same CIDR twice.
-	nodeIPAM := nodeipam.New(mgr.GetClient(), mgr.GetAPIReader(), runtime, clock.RealClock{},
-		mgr.GetEventRecorderFor("containermachine-controller"))
+	nodeIPAM := controllers.NewNodeIPAM(mgr.GetClient(), mgr.GetAPIReader())
 	if err := (&controllers.ContainerClusterReconciler{
 		Client: mgr.GetClient(), Runtime: runtime, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM, Policy: o.policy,
 	}).SetupWithManager(ctx, mgr, options); err != nil {

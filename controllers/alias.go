@@ -17,8 +17,21 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
+	"github.com/capct/cluster-api-provider-container/internal/podnetwork"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
 )
+
+// NodeIPAM is CAPCT's node IPAM: it decides and records node pod CIDRs.
+// One serves both reconcilers, so that a cluster's allocations share one
+// lock and a deleted cluster is forgotten.
+type NodeIPAM = nodeipam.Recorder
+
+// NewNodeIPAM returns node IPAM on c. reader must read the API server
+// directly (mgr.GetAPIReader()): a cache that has not yet seen another
+// machine's fresh allocation would let the same CIDR be handed out twice.
+func NewNodeIPAM(c client.Client, reader client.Reader) *NodeIPAM {
+	return nodeipam.NewRecorder(c, reader)
+}
 
 // ContainerClusterReconciler reconciles ContainerClusters.
 type ContainerClusterReconciler struct {
@@ -29,8 +42,9 @@ type ContainerClusterReconciler struct {
 	// WatchFilterValue limits the controller to objects with this
 	// cluster.x-k8s.io/watch-filter label value.
 	WatchFilterValue string
-	// NodeIPAM is CAPCT's node IPAM; nil turns it off.
-	NodeIPAM *nodeipam.Assigner
+	// NodeIPAM is CAPCT's node IPAM; nil turns it off. With it, the
+	// controller programs each cluster's pod network into its nodes.
+	NodeIPAM *NodeIPAM
 	// Policy is what clusters may ask of the host; the zero Policy allows
 	// everything but the engine's own networks.
 	Policy policy.Policy
@@ -46,7 +60,8 @@ func (r *ContainerClusterReconciler) SetupWithManager(ctx context.Context, mgr c
 		Policy:           r.Policy,
 	}
 	if r.NodeIPAM != nil {
-		rec.Routes = r.NodeIPAM
+		rec.NodeIPAM = r.NodeIPAM
+		rec.PodNetwork = podnetwork.NewSyncer(r.Runtime, r.Client, r.Clock)
 	}
 	return rec.SetupWithManager(ctx, mgr, options)
 }
@@ -63,7 +78,7 @@ type ContainerMachineReconciler struct {
 	// cluster.x-k8s.io/watch-filter label value.
 	WatchFilterValue string
 	// NodeIPAM is CAPCT's node IPAM; nil turns it off.
-	NodeIPAM *nodeipam.Assigner
+	NodeIPAM *NodeIPAM
 	// MachinePools makes the controller watch MachinePools for their
 	// machines' bootstrap data; set it when the MachinePool gate is on.
 	MachinePools bool
@@ -91,9 +106,7 @@ func (r *ContainerMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 		MaxConcurrentBootstraps: r.MaxConcurrentBootstraps,
 		Policy:                  r.Policy,
 	}
-	if r.NodeIPAM != nil {
-		rec.PodCIDRs = r.NodeIPAM
-	}
+	rec.NodeIPAM = r.NodeIPAM
 	if r.HostCapacity != nil {
 		rec.HostCapacity = r.HostCapacity
 	}

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 )
 
 // UninitializedTaint is the taint a kubelet started with an external cloud
@@ -47,8 +48,8 @@ func (i *Initialization) Reconcile(ctx context.Context, s *MachineScope) (ctrl.R
 		return ctrl.Result{}, fmt.Errorf("failed to reach the workload cluster of Cluster %s: %w", client.ObjectKeyFromObject(s.Cluster), err)
 	}
 
-	if i.PodCIDRs != nil {
-		done, err := i.PodCIDRs.AssignPodCIDRs(ctx, s, workload)
+	if i.NodeIPAM != nil {
+		done, err := i.assignPodCIDRs(ctx, s, workload)
 		if err != nil || !done {
 			setCondition(cm, now, infrav1.InitializedCondition, metav1.ConditionFalse, infrav1.InProgressReason, "Waiting for the Node's pod CIDRs")
 			return ctrl.Result{RequeueAfter: podCIDRRetry(cm, now)}, err
@@ -67,6 +68,55 @@ func (i *Initialization) Reconcile(ctx context.Context, s *MachineScope) (ctrl.R
 	setCondition(cm, now, infrav1.InitializedCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
 	i.Recorder.Eventf(cm, corev1.EventTypeNormal, "Initialized", "Node %s is Ready", s.Node.Name)
 	return ctrl.Result{}, nil
+}
+
+// assignPodCIDRs asks node IPAM for the machine's pod CIDRs and sets them on
+// the Node. The PodCIDRAllocated condition, status.podCIDRs and the events
+// are this phase's; node IPAM has written only its record. A machine that
+// has to wait (exhaustion, a conflict) returns done=false without an error,
+// so that it polls instead of backing off on an error. The Node's CNI
+// configuration and the routes to it follow from the record, through the
+// ContainerCluster controller's pod network sync.
+func (i *Initialization) assignPodCIDRs(ctx context.Context, s *MachineScope, workload client.Client) (done bool, err error) {
+	cm := s.ContainerMachine
+	d, err := i.NodeIPAM.Allocate(ctx, nodeipam.Request{
+		Cluster: s.Cluster, ContainerCluster: s.ContainerCluster, ContainerMachine: cm, Node: s.Node, Workload: workload,
+	})
+	if err != nil {
+		return false, err
+	}
+	for _, b := range d.BadRecords {
+		var target client.Object = cm
+		if other, ok := b.Object.(*infrav1.ContainerMachine); ok {
+			target = other
+		}
+		i.Recorder.Eventf(target, corev1.EventTypeWarning, nodeipam.EventBadRecord, "Bad pod CIDR record of %s: %v", b.Owner, b.Err)
+	}
+	if d.Event != nil {
+		i.Recorder.Event(cm, d.Event.Type, d.Event.Reason, d.Event.Message)
+	}
+	now := i.Clock.Now()
+	switch {
+	case d.Reason == infrav1.DisabledReason:
+		setCondition(cm, now, infrav1.PodCIDRAllocatedCondition, metav1.ConditionFalse, d.Reason, d.Message)
+		return true, nil
+	case !d.Done():
+		// One event when the machine starts waiting for this reason, not
+		// one per poll.
+		if conditions.GetReason(cm, infrav1.PodCIDRAllocatedCondition) != d.Reason {
+			i.Recorder.Event(cm, corev1.EventTypeWarning, d.Reason, d.Message)
+		}
+		setCondition(cm, now, infrav1.PodCIDRAllocatedCondition, metav1.ConditionFalse, d.Reason, d.Message)
+		return false, nil
+	}
+	node, err := nodeipam.AssignNode(ctx, workload, s.Node, d.CIDRs)
+	if err != nil {
+		return false, err
+	}
+	s.Node = node
+	cm.Status.PodCIDRs = nodeipam.CIDRStrings(d.CIDRs)
+	setCondition(cm, now, infrav1.PodCIDRAllocatedCondition, metav1.ConditionTrue, d.Reason, d.Message)
+	return true, nil
 }
 
 // removeUninitializedTaint gives the Node the machine's InternalIPs when the

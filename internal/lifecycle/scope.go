@@ -15,6 +15,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
+	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
 )
 
@@ -36,8 +37,9 @@ type Deps struct {
 	WorkloadClient WorkloadClientFunc
 	// Bootstraps runs bootstrap data asynchronously.
 	Bootstraps *BootstrapRunner
-	// PodCIDRs assigns node pod CIDRs; nil when node IPAM is off.
-	PodCIDRs PodCIDRAssigner
+	// NodeIPAM decides and records node pod CIDRs; nil when node IPAM is
+	// off.
+	NodeIPAM *nodeipam.Recorder
 	// HostCapacity admits node containers onto the container host; nil
 	// admits every one.
 	HostCapacity HostCapacity
@@ -54,18 +56,6 @@ type HostCapacity interface {
 	// Admit decides whether the node container name of role, for the
 	// cluster whose ContainerCluster is cluster, may be created now.
 	Admit(ctx context.Context, cluster types.NamespacedName, name string, role container.Role) (hostcapacity.Decision, error)
-}
-
-// PodCIDRAssigner is the node IPAM hook of the Initialization phase.
-type PodCIDRAssigner interface {
-	// AssignPodCIDRs allocates the machine's pod CIDRs, records them on the
-	// ContainerMachine, sets them on the Node and programs routes. It sets
-	// the PodCIDRAllocated condition itself and reports whether the node's
-	// CIDRs are in place.
-	AssignPodCIDRs(ctx context.Context, s *MachineScope, workload client.Client) (done bool, err error)
-	// SyncRoutes reprograms the routes between the cluster's node
-	// containers, for when a node has gone.
-	SyncRoutes(ctx context.Context, cluster *clusterv1.Cluster) error
 }
 
 // MachineScope is what the phases of one reconcile work on.

@@ -41,7 +41,8 @@ func (t *Termination) Reconcile(ctx context.Context, s *MachineScope) (done bool
 	name := s.ContainerName()
 	existing, err := t.Runtime.Inspect(ctx, name)
 	if container.IsNotFound(err) {
-		t.forgetRoutes(ctx, s)
+		// The other nodes' routes to its pod CIDRs go when the
+		// ContainerCluster controller sees the ContainerMachine go.
 		return true, ctrl.Result{}, nil
 	}
 	if err != nil {
@@ -57,16 +58,4 @@ func (t *Termination) Reconcile(ctx context.Context, s *MachineScope) (done bool
 	t.Recorder.Eventf(cm, corev1.EventTypeNormal, "Deleted", "Deleted container %s", name)
 	// Confirm on the next pass rather than trusting the delete call.
 	return false, ctrl.Result{RequeueAfter: deletionPoll}, nil
-}
-
-// forgetRoutes takes the gone node's pod CIDRs out of the other nodes'
-// routes. It never holds up deletion: the ContainerCluster controller syncs
-// routes again on its next pass.
-func (t *Termination) forgetRoutes(ctx context.Context, s *MachineScope) {
-	if t.PodCIDRs == nil {
-		return
-	}
-	if err := t.PodCIDRs.SyncRoutes(ctx, s.Cluster); err != nil {
-		ctrl.LoggerFrom(ctx).V(2).Info("Routes not synced after deleting a node; the cluster controller retries", "err", err.Error())
-	}
 }

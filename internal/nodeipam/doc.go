@@ -1,13 +1,15 @@
-// Package nodeipam is CAPCT's node IPAM: it runs the pod CIDR allocator of
-// internal/ipam for the ContainerMachine controller.
+// Package nodeipam decides each node's pod CIDRs and keeps the record of
+// them; internal/ipam is the pure allocator it runs, internal/podnetwork
+// the data path that makes the CIDRs reachable.
 //
-// The Assigner (see New) implements lifecycle.PodCIDRAssigner. For each
-// machine it rebuilds the cluster's allocator from every ContainerMachine's
-// pod-cidrs annotation and every Node's spec.podCIDRs, allocates under a
-// per-cluster lock, persists the result in the machine's annotation before
-// anything else sees it, sets Node.spec.podCIDR(s) with server-side apply,
-// writes the node's bridge/host-local CNI config into its container and
-// syncs the routes between the cluster's node containers (SyncRoutes).
+// Decide is a pure function: from the cluster's ContainerMachines (their
+// pod-cidrs annotations) and Nodes (spec.podCIDRs) it returns the
+// machine's CIDRs, or why it waits (exhausted, a conflict, an invalid
+// pod network). The Recorder runs it for the Initialization phase under a
+// per-cluster lock and writes the one record node IPAM owns, the
+// ContainerMachine's annotation, before anyone else sees the CIDRs;
+// AssignNode then applies them to the Node as field manager FieldOwner.
+// The condition, the status and the events belong to the phase.
 //
 // A CIDR is free only when neither a ContainerMachine annotation nor a Node
 // holds it: the machine's finalizer never waits for the Node, which Cluster

@@ -1,4 +1,4 @@
-package nodeipam
+package nodeipam_test
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
-	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
+	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 )
 
@@ -51,16 +51,6 @@ func TestRegistrationAndNodeIPAMEachOwnTheirNodeFields(t *testing.T) {
 	if err := e.mgmt.Create(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
-	m, err := e.rt.CreateMachine(ctx, container.MachineSpec{Name: s.ContainerName(), Image: "capct/node:v1.35.4",
-		Network: e.network, Labels: s.ContainerLabels(), Role: container.RoleControlPlane})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.rt.Start(ctx, m.Name, s.Owner()); err != nil {
-		t.Fatal(err)
-	}
-	s.Container, _ = e.rt.Inspect(ctx, m.Name)
-
 	// The kubelet registers the Node, without a providerID.
 	kubelet := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.ContainerName()}}
 	if err := workload.Create(ctx, kubelet, client.FieldOwner("kubelet")); err != nil {
@@ -68,11 +58,13 @@ func TestRegistrationAndNodeIPAMEachOwnTheirNodeFields(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = workload.Delete(context.Background(), kubelet) })
 
-	registration := &lifecycle.Registration{Deps: &lifecycle.Deps{
-		Client: e.mgmt, Runtime: e.rt, Clock: clocktesting.NewFakePassiveClock(time.Unix(1700000000, 0)),
+	deps := &lifecycle.Deps{
+		Client: e.mgmt, Clock: clocktesting.NewFakePassiveClock(time.Unix(1700000000, 0)),
 		Recorder:       record.NewFakeRecorder(10),
 		WorkloadClient: func(context.Context, client.ObjectKey) (client.Client, error) { return workload, nil },
-	}}
+		NodeIPAM:       nodeipam.NewRecorder(e.mgmt, e.mgmt),
+	}
+	registration, initialization := &lifecycle.Registration{Deps: deps}, &lifecycle.Initialization{Deps: deps}
 	pass := func() {
 		t.Helper()
 		if _, err := registration.Reconcile(ctx, s); err != nil {
@@ -81,8 +73,11 @@ func TestRegistrationAndNodeIPAMEachOwnTheirNodeFields(t *testing.T) {
 		if s.Node == nil {
 			t.Fatal("Registration found no Node")
 		}
-		if done, err := e.a.AssignPodCIDRs(ctx, s, workload); err != nil || !done {
-			t.Fatalf("AssignPodCIDRs: done %v, %v", done, err)
+		if _, err := initialization.Reconcile(ctx, s); err != nil {
+			t.Fatalf("Initialization: %v", err)
+		}
+		if c := cond(s); c == nil || c.Status != metav1.ConditionTrue {
+			t.Fatalf("PodCIDRAllocated: %+v", c)
 		}
 	}
 	pass()
@@ -101,7 +96,7 @@ func TestRegistrationAndNodeIPAMEachOwnTheirNodeFields(t *testing.T) {
 	for _, f := range node.ManagedFields {
 		managers = append(managers, f.Manager)
 	}
-	for _, want := range []string{lifecycle.FieldOwner, FieldOwner} {
+	for _, want := range []string{lifecycle.FieldOwner, nodeipam.FieldOwner} {
 		if !slices.Contains(managers, want) {
 			t.Fatalf("no field manager %s on the Node: %v", want, managers)
 		}

@@ -62,10 +62,12 @@ func ParsePodCIDRs(s string) ([]netip.Prefix, []error) {
 
 // FormatPodCIDRs is the inverse of ParsePodCIDRs.
 func FormatPodCIDRs(cidrs []netip.Prefix) string {
-	return strings.Join(cidrStrings(cidrs), ",")
+	return strings.Join(CIDRStrings(cidrs), ",")
 }
 
-func cidrStrings(cidrs []netip.Prefix) []string {
+// CIDRStrings returns the CIDRs as strings, the form of Node.spec.podCIDRs
+// and status.podCIDRs.
+func CIDRStrings(cidrs []netip.Prefix) []string {
 	out := make([]string, len(cidrs))
 	for i, p := range cidrs {
 		out[i] = p.String()

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -24,12 +25,14 @@ import (
 	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -60,10 +63,21 @@ const (
 	hostRecheck = 30 * time.Second
 )
 
-// RouteSyncer programs the routes between a cluster's node containers.
-type RouteSyncer interface {
-	SyncRoutes(ctx context.Context, cluster *clusterv1.Cluster) error
+// PodNetwork programs a cluster's pod network into its node containers
+// (podnetwork.Syncer).
+type PodNetwork interface {
+	// Sync brings the cluster's node containers to their pod network.
+	Sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) error
+	// NodeStarted says that a node container of the cluster started
+	// (again) and lost what lived in its network namespace.
+	NodeStarted(cluster types.NamespacedName, containerName string)
 	// ForgetCluster drops what is kept in memory for a deleted cluster.
+	ForgetCluster(cluster *clusterv1.Cluster)
+}
+
+// ClusterForgetter drops what is kept in memory for a deleted cluster
+// (nodeipam.Recorder).
+type ClusterForgetter interface {
 	ForgetCluster(cluster *clusterv1.Cluster)
 }
 
@@ -80,9 +94,11 @@ type Reconciler struct {
 	// WatchFilterValue limits the controller to objects with this
 	// cluster.x-k8s.io/watch-filter label value.
 	WatchFilterValue string
-	// Routes keeps the routes between node containers current (CAPCT's node
-	// IPAM); nil turns it off.
-	Routes RouteSyncer
+	// PodNetwork keeps the node containers' CNI configuration, routes and
+	// masquerade rules current (CAPCT's node IPAM); nil turns it off.
+	PodNetwork PodNetwork
+	// NodeIPAM is told when a cluster is gone; nil when node IPAM is off.
+	NodeIPAM ClusterForgetter
 	// OrphanGracePeriod defaults to DefaultOrphanGracePeriod.
 	OrphanGracePeriod time.Duration
 	// LoadBalancerStats reads HAProxy's statistics to confirm reloads; nil
@@ -129,8 +145,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Watches(&clusterv1.Cluster{},
 			handler.EnqueueRequestsFromMapFunc(util.ClusterToInfrastructureMapFunc(ctx, infrav1.GroupVersion.WithKind("ContainerCluster"), mgr.GetClient(), &infrav1.ContainerCluster{}))).
 		// Control-plane machines come, get addresses and go: each change may
-		// change the load balancer's backends.
-		Watches(&infrav1.ContainerMachine{}, handler.EnqueueRequestsFromMapFunc(r.controlPlaneMachineToCluster)).
+		// change the load balancer's backends. Any machine that comes, gets
+		// its pod CIDRs recorded or goes changes the pod network.
+		Watches(&infrav1.ContainerMachine{}, handler.EnqueueRequestsFromMapFunc(r.machineToCluster),
+			builder.WithPredicates(machineChangesCluster())).
 		// A container of the cluster that starts (again) has lost what lived
 		// only in its memory; a load balancer that stops must run again.
 		WatchesRawSource(source.Channel(r.wakeups, handler.EnqueueRequestsFromMapFunc(r.wokenClusterToContainerCluster))).
@@ -272,11 +290,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	if err := r.removeOrphans(ctx, cluster, cc, now); err != nil {
 		return ctrl.Result{}, err
 	}
-	// Routes are programmed as nodes get their pod CIDRs; this periodic pass
-	// repairs any that a deletion or a restarted container lost.
-	if r.Routes != nil {
-		if err := r.Routes.SyncRoutes(ctx, cluster); err != nil {
-			return ctrl.Result{}, fmt.Errorf("failed to sync the routes of Cluster %s: %w", klog.KObj(cluster), err)
+	// Woken by a change of the cluster's nodes, the sync programs what
+	// changed; on the periodic pass it also reads back nodes it has not
+	// looked at for a while.
+	if r.PodNetwork != nil {
+		if err := r.PodNetwork.Sync(ctx, cluster, cc); err != nil {
+			return ctrl.Result{}, fmt.Errorf("failed to sync the pod network of Cluster %s: %w", klog.KObj(cluster), err)
 		}
 	}
 	return ctrl.Result{RequeueAfter: orphanCheckInterval}, nil
@@ -409,8 +428,11 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Clu
 			return ctrl.Result{}, fmt.Errorf("failed to delete network %s of ContainerCluster %s: %w", network, klog.KObj(cc), err)
 		}
 	}
-	if r.Routes != nil {
-		r.Routes.ForgetCluster(cluster)
+	if r.PodNetwork != nil {
+		r.PodNetwork.ForgetCluster(cluster)
+	}
+	if r.NodeIPAM != nil {
+		r.NodeIPAM.ForgetCluster(cluster)
 	}
 	controllerutil.RemoveFinalizer(cc, infrav1.ClusterFinalizer)
 	return ctrl.Result{}, nil
@@ -430,6 +452,11 @@ func (r *Reconciler) pumpContainerEvents(ctx context.Context) {
 		ns, name := ev.Labels[container.LabelNamespace], ev.Labels[container.LabelCluster]
 		if ns == "" || name == "" || !wakesCluster(ev.Type, role) {
 			return
+		}
+		if role.IsNode() && r.PodNetwork != nil {
+			// Before the wakeup, so that the sync it causes programs the
+			// node in full.
+			r.PodNetwork.NodeStarted(types.NamespacedName{Namespace: ns, Name: name}, ev.Name)
 		}
 		cluster := &clusterv1.Cluster{}
 		cluster.Namespace, cluster.Name = ns, name
@@ -470,12 +497,9 @@ func (r *Reconciler) wokenClusterToContainerCluster(ctx context.Context, o clien
 	return infrastructureRequest(cluster)
 }
 
-// controlPlaneMachineToCluster maps a control-plane ContainerMachine to its
+// machineToCluster maps a ContainerMachine to its cluster's
 // ContainerCluster.
-func (r *Reconciler) controlPlaneMachineToCluster(ctx context.Context, o client.Object) []reconcile.Request {
-	if _, ok := o.GetLabels()[clusterv1.MachineControlPlaneLabel]; !ok {
-		return nil
-	}
+func (r *Reconciler) machineToCluster(ctx context.Context, o client.Object) []reconcile.Request {
 	clusterName := o.GetLabels()[clusterv1.ClusterNameLabel]
 	if clusterName == "" {
 		return nil
@@ -485,6 +509,23 @@ func (r *Reconciler) controlPlaneMachineToCluster(ctx context.Context, o client.
 		return nil
 	}
 	return infrastructureRequest(cluster)
+}
+
+// machineChangesCluster passes the ContainerMachine events that change
+// what the cluster's infrastructure serves: any change of a control-plane
+// machine (the load balancer's backends), and for every machine its
+// coming, its going, and its pod CIDRs being recorded (the pod network).
+// The status updates of a worker's phases pass nothing.
+func machineChangesCluster() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			if _, ok := e.ObjectNew.GetLabels()[clusterv1.MachineControlPlaneLabel]; ok {
+				return true
+			}
+			return e.ObjectOld.GetAnnotations()[infrav1.PodCIDRsAnnotation] != e.ObjectNew.GetAnnotations()[infrav1.PodCIDRsAnnotation] ||
+				e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+		},
+	}
 }
 
 // infrastructureRequest is the reconcile of the Cluster's ContainerCluster,

@@ -35,6 +35,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
 )
 
@@ -53,8 +54,9 @@ type Reconciler struct {
 	ClusterCache clustercache.ClusterCache
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
-	// PodCIDRs assigns node pod CIDRs (CAPCT's node IPAM); nil turns it off.
-	PodCIDRs lifecycle.PodCIDRAssigner
+	// NodeIPAM decides and records node pod CIDRs (CAPCT's node IPAM); nil
+	// turns it off.
+	NodeIPAM *nodeipam.Recorder
 	// WorkloadClient overrides ClusterCache.GetClient, for tests.
 	WorkloadClient lifecycle.WorkloadClientFunc
 	// WatchFilterValue limits the controller to objects with this
@@ -103,7 +105,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Recorder:       mgr.GetEventRecorderFor("containermachine-controller"),
 		WorkloadClient: r.WorkloadClient,
 		Bootstraps:     lifecycle.NewBootstrapRunner(ctx, clock.RealClock{}, r.MaxConcurrentBootstraps, r.wake),
-		PodCIDRs:       r.PodCIDRs,
+		NodeIPAM:       r.NodeIPAM,
 		HostCapacity:   r.HostCapacity,
 		Policy:         r.Policy,
 	}

@@ -14,10 +14,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
+	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+	"github.com/capct/cluster-api-provider-container/internal/podnetwork"
 	"github.com/capct/cluster-api-provider-container/internal/test/capi"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 )
@@ -34,8 +37,8 @@ var (
 	// hostLimits are the host's limits as the capacity check reads them:
 	// out of the way unless a test lowers them.
 	hostLimits = &settableLimits{v: roomy}
-	// routes counts the route syncs of each cluster.
-	routes = &countingRoutes{calls: map[string]int{}}
+	// routes counts the pod network syncs of each cluster.
+	routes = &countingPodNetwork{calls: map[string]int{}}
 	// gateClock times how long the capacity check counts a node it
 	// admitted before the engine lists it.
 	gateClock = clocktesting.NewFakeClock(time.Now())
@@ -80,7 +83,9 @@ func setup(ctx context.Context) error {
 	// Nodes without waiting for a cache.
 	workload := func(context.Context, client.ObjectKey) (client.Client, error) { return env.Client, nil }
 	gate := &hostcapacity.Gate{Runtime: runtime, Limits: hostLimits, Costs: nodeCosts, Clock: gateClock}
-	return capi.SetupProviderWith(ctx, mgr, runtime, clusterCache, workload, capi.ProviderOptions{HostCapacity: gate, Routes: routes})
+	routes.PodNetwork = podnetwork.NewSyncer(runtime, mgr.GetClient(), nil)
+	return capi.SetupProviderWith(ctx, mgr, runtime, clusterCache, workload,
+		capi.ProviderOptions{HostCapacity: gate, NodeIPAM: true, PodNetwork: routes})
 }
 
 // settableLimits are host limits a test changes.
@@ -101,22 +106,21 @@ func (l *settableLimits) set(v hostcapacity.Values) {
 	l.v = v
 }
 
-// countingRoutes stands for node IPAM's routes and counts the syncs.
-type countingRoutes struct {
+// countingPodNetwork is node IPAM's pod network, counting its syncs.
+type countingPodNetwork struct {
+	containercluster.PodNetwork
 	mu    sync.Mutex
 	calls map[string]int
 }
 
-func (r *countingRoutes) SyncRoutes(_ context.Context, cluster *clusterv1.Cluster) error {
+func (r *countingPodNetwork) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.calls[cluster.Namespace+"/"+cluster.Name]++
-	return nil
+	r.mu.Unlock()
+	return r.PodNetwork.Sync(ctx, cluster, cc)
 }
 
-func (r *countingRoutes) ForgetCluster(*clusterv1.Cluster) {}
-
-func (r *countingRoutes) count(cluster *clusterv1.Cluster) int {
+func (r *countingPodNetwork) count(cluster *clusterv1.Cluster) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.calls[cluster.Namespace+"/"+cluster.Name]

@@ -24,6 +24,8 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
+	"github.com/capct/cluster-api-provider-container/internal/podnetwork"
 )
 
 // Options returns controller options for tests: several managers in one
@@ -72,22 +74,38 @@ func SetupProvider(ctx context.Context, mgr ctrl.Manager, rt container.Runtime, 
 type ProviderOptions struct {
 	// HostCapacity holds launches while the host has no room.
 	HostCapacity lifecycle.HostCapacity
-	// Routes is what the ContainerCluster controller syncs routes with.
-	Routes containercluster.RouteSyncer
+	// NodeIPAM turns CAPCT's node IPAM on, as the manager does: a
+	// nodeipam.Recorder on the API reader for the machines, and PodNetwork
+	// for the clusters.
+	NodeIPAM bool
+	// PodNetwork is what the ContainerCluster controller syncs the pod
+	// network with when NodeIPAM is on; nil means a podnetwork.Syncer on
+	// rt.
+	PodNetwork containercluster.PodNetwork
 }
 
 // SetupProviderWith is SetupProvider with optional parts.
 func SetupProviderWith(ctx context.Context, mgr ctrl.Manager, rt container.Runtime, clusterCache clustercache.ClusterCache, workload lifecycle.WorkloadClientFunc, opts ProviderOptions) error {
-	if err := (&containercluster.Reconciler{
-		Client: mgr.GetClient(), Runtime: rt, OrphanGracePeriod: time.Nanosecond, Routes: opts.Routes,
+	cc := &containercluster.Reconciler{
+		Client: mgr.GetClient(), Runtime: rt, OrphanGracePeriod: time.Nanosecond,
 		LoadBalancerStats: LoadBalancerStats(rt),
-	}).SetupWithManager(ctx, mgr, Options()); err != nil {
-		return err
 	}
-	return (&containermachine.Reconciler{
+	cm := &containermachine.Reconciler{
 		Client: mgr.GetClient(), Runtime: rt, ClusterCache: clusterCache, WorkloadClient: workload, MachinePools: true,
 		HostCapacity: opts.HostCapacity,
-	}).SetupWithManager(ctx, mgr, Options())
+	}
+	if opts.NodeIPAM {
+		cm.NodeIPAM = nodeipam.NewRecorder(mgr.GetClient(), mgr.GetAPIReader())
+		cc.NodeIPAM = cm.NodeIPAM
+		cc.PodNetwork = opts.PodNetwork
+		if cc.PodNetwork == nil {
+			cc.PodNetwork = podnetwork.NewSyncer(rt, mgr.GetClient(), nil)
+		}
+	}
+	if err := cc.SetupWithManager(ctx, mgr, Options()); err != nil {
+		return err
+	}
+	return cm.SetupWithManager(ctx, mgr, Options())
 }
 
 // LoadBalancerStats returns how the ContainerCluster controller reads

@@ -1,9 +1,10 @@
-package nodeipam
+package podnetwork
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -11,36 +12,42 @@ import (
 	"sync"
 	"testing"
 
-	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 )
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 func addr(s string) netip.Addr  { return netip.MustParseAddr(s) }
 
-// routeTables simulates each fake container's routing table for `ip -o
-// route show`, `ip route replace` and `ip route del`.
+// routeTables acts out, in each fake container, the two scripts a sync
+// runs: ProbeCommand (masquerade rules, then the routes of the families
+// asked for) and ApplyCommand (route changes).
 type routeTables struct {
 	mu     sync.Mutex
 	tables map[string]map[netip.Prefix]netip.Addr
+	// masq holds each container's masquerade rules, "tool src dst".
+	masq map[string]map[string]bool
 }
 
 func newRouteTables() *routeTables {
-	return &routeTables{tables: map[string]map[netip.Prefix]netip.Addr{}}
+	return &routeTables{tables: map[string]map[netip.Prefix]netip.Addr{}, masq: map[string]map[string]bool{}}
 }
 
 func (r *routeTables) get(name string) map[netip.Prefix]netip.Addr {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := map[netip.Prefix]netip.Addr{}
-	for k, v := range r.tables[name] {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(r.tables[name])
+}
+
+// wipe forgets a container's routes and rules, as its restart does.
+func (r *routeTables) wipe(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.tables, name)
+	delete(r.masq, name)
 }
 
 func (r *routeTables) handle(_ context.Context, m container.Machine, _ map[string][]byte, in container.ExecInput, _ []byte) (container.ExecResult, bool) {
-	if len(in.Cmd) == 0 || in.Cmd[0] != "ip" {
+	if len(in.Cmd) < 4 || in.Cmd[0] != "sh" || in.Cmd[1] != "-c" {
 		return container.ExecResult{}, false
 	}
 	r.mu.Lock()
@@ -50,37 +57,45 @@ func (r *routeTables) handle(_ context.Context, m container.Machine, _ map[strin
 		t = map[netip.Prefix]netip.Addr{}
 		r.tables[m.Name] = t
 	}
-	args := slices.DeleteFunc(slices.Clone(in.Cmd[1:]), func(s string) bool { return s == "-o" })
-	v6 := len(args) > 0 && args[0] == "-6"
-	if v6 {
-		args = args[1:]
-	}
-	switch {
-	case len(args) == 2 && args[0] == "route" && args[1] == "show":
-		var b strings.Builder
-		if !v6 {
-			fmt.Fprintf(&b, "default via 172.18.0.1 dev eth0 \n172.18.0.0/16 dev eth0 proto kernel scope link src %s \n", m.IPv4)
+	args := in.Cmd[4:]
+	switch in.Cmd[2] {
+	case probeScript:
+		sep := slices.Index(args, "--")
+		fams, rules := args[:sep], args[sep+1:]
+		if r.masq[m.Name] == nil {
+			r.masq[m.Name] = map[string]bool{}
 		}
-		for d, via := range t {
-			if d.Addr().Is4() != v6 {
-				fmt.Fprintf(&b, "%s via %s dev eth0 \n", d, via)
+		for i := 0; i+2 < len(rules); i += 3 {
+			r.masq[m.Name][strings.Join(rules[i:i+3], " ")] = true
+		}
+		var b strings.Builder
+		for _, f := range fams {
+			if f == "-4" {
+				fmt.Fprintf(&b, "default via 172.18.0.1 dev eth0 \n172.18.0.0/16 dev eth0 proto kernel scope link src %s \n", m.IPv4)
+			}
+			for d, via := range t {
+				if d.Addr().Is4() == (f == "-4") {
+					fmt.Fprintf(&b, "%s via %s dev eth0 \n", d, via)
+				}
 			}
 		}
 		return container.ExecResult{Stdout: []byte(b.String())}, true
-	case len(args) == 5 && args[0] == "route" && args[3] == "via":
-		d, via := pfx(args[2]), addr(args[4])
-		switch args[1] {
-		case "replace":
-			t[d] = via
-		case "del":
-			if t[d] != via {
-				return container.ExecResult{ExitCode: 2, Stderr: []byte("RTNETLINK answers: No such process")}, true
+	case applyScript:
+		for i := 0; i+3 < len(args); i += 4 {
+			d, via := pfx(args[i+2]), addr(args[i+3])
+			switch args[i+1] {
+			case "replace":
+				t[d] = via
+			case "del":
+				if t[d] != via {
+					return container.ExecResult{ExitCode: 2, Stderr: []byte("RTNETLINK answers: No such process")}, true
+				}
+				delete(t, d)
 			}
-			delete(t, d)
 		}
 		return container.ExecResult{}, true
 	}
-	return container.ExecResult{ExitCode: 1, Stderr: []byte("unexpected ip command")}, true
+	return container.ExecResult{ExitCode: 1, Stderr: []byte("unexpected script")}, true
 }
 
 func TestDesiredRoutes(t *testing.T) {
@@ -107,19 +122,16 @@ func TestDesiredRoutes(t *testing.T) {
 	}
 }
 
-func TestRouteCommands(t *testing.T) {
-	for _, tc := range []struct {
-		r    Route
-		op   string
-		want string
-	}{
-		{Route{pfx("10.244.1.0/24"), addr("172.18.0.3")}, "replace", "ip route replace 10.244.1.0/24 via 172.18.0.3"},
-		{Route{pfx("10.244.1.0/24"), addr("172.18.0.3")}, "del", "ip route del 10.244.1.0/24 via 172.18.0.3"},
-		{Route{pfx("fd00:10:244:1::/64"), addr("fc00:f853:ccd:e793::3")}, "replace", "ip -6 route replace fd00:10:244:1::/64 via fc00:f853:ccd:e793::3"},
-	} {
-		if got := strings.Join(tc.r.Command(tc.op), " "); got != tc.want {
-			t.Errorf("got %q, want %q", got, tc.want)
-		}
+func TestApplyCommand(t *testing.T) {
+	add := []Route{{pfx("10.244.1.0/24"), addr("172.18.0.3")}, {pfx("fd00:10:244:1::/64"), addr("fc00:f853:ccd:e793::3")}}
+	del := []Route{{pfx("10.244.2.0/24"), addr("172.18.0.4")}}
+	got := ApplyCommand(add, del)
+	want := []string{"-4", "replace", "10.244.1.0/24", "172.18.0.3", "-6", "replace", "fd00:10:244:1::/64", "fc00:f853:ccd:e793::3", "-4", "del", "10.244.2.0/24", "172.18.0.4"}
+	if len(got) < 4 || got[0] != "sh" || got[2] != applyScript || got[3] != "sh" || !slices.Equal(got[4:], want) {
+		t.Fatalf("got %q, want the apply script with %q", got, want)
+	}
+	if ApplyCommand(nil, nil) != nil {
+		t.Fatal("nothing to change must run nothing")
 	}
 }
 
@@ -255,75 +267,26 @@ func TestCNIConfig(t *testing.T) {
 	}
 }
 
-func TestSyncRoutesFollowsJoinsAndLeaves(t *testing.T) {
-	e := newEnv(t, []string{"10.244.0.0/16"}, infrav1.PodCIDRAllocation{})
-	a, b := e.machine("a"), e.machine("b")
-	e.assign(a)
-	e.assign(b)
-	ta := e.routes.get(a.ContainerName())
-	if len(ta) != 1 || ta[pfx("10.244.1.0/24")] != b.Container.IPv4 {
-		t.Fatalf("a's routes %v", ta)
-	}
-	c := e.machine("c")
-	e.assign(c)
-	if tb := e.routes.get(b.ContainerName()); len(tb) != 2 || tb[pfx("10.244.2.0/24")] != c.Container.IPv4 {
-		t.Fatalf("b's routes %v", tb)
-	}
-	// In sync: a full sync only reads.
-	n := len(e.rt.ExecCalls())
-	if err := e.a.SyncRoutes(e.ctx, e.cluster); err != nil {
-		t.Fatal(err)
-	}
-	for _, call := range e.rt.ExecCalls()[n:] {
-		if strings.Join(call.Cmd, " ") != "ip -o route show" && call.Cmd[0] != "sh" {
-			t.Fatalf("in-sync SyncRoutes ran %v", call.Cmd)
-		}
-	}
-	if got := len(e.rt.ExecCalls()) - n; got != 6 {
-		t.Fatalf("%d execs, want one read and one masquerade check per container", got)
-	}
-	// b leaves: its container and ContainerMachine go; the others drop the
-	// route to its CIDR.
-	e.rt.RemoveOutOfBand(b.ContainerName())
-	if err := e.mgmt.Delete(e.ctx, b.ContainerMachine); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.a.SyncRoutes(e.ctx, e.cluster); err != nil {
-		t.Fatal(err)
-	}
-	if ta := e.routes.get(a.ContainerName()); len(ta) != 1 || ta[pfx("10.244.2.0/24")] != c.Container.IPv4 {
-		t.Fatalf("a's routes after b left: %v", ta)
-	}
-	if tc := e.routes.get(c.ContainerName()); len(tc) != 1 || tc[pfx("10.244.0.0/24")] != a.Container.IPv4 {
-		t.Fatalf("c's routes after b left: %v", tc)
-	}
-}
-
-func TestMasqueradeCommand(t *testing.T) {
+func TestProbeCommand(t *testing.T) {
 	testCases := []struct {
 		name    string
 		pods    []netip.Prefix
 		cluster []netip.Prefix
 		want    []string
 	}{
-		{name: "no pod CIDRs", cluster: []netip.Prefix{pfx("10.244.0.0/16")}},
+		{name: "no pod CIDRs", cluster: []netip.Prefix{pfx("10.244.0.0/16")}, want: []string{"-4", "--"}},
 		{name: "IPv4", pods: []netip.Prefix{pfx("10.244.3.0/24")}, cluster: []netip.Prefix{pfx("10.244.0.0/16")},
-			want: []string{"iptables", "10.244.3.0/24", "10.244.0.0/16"}},
+			want: []string{"-4", "--", "iptables", "10.244.3.0/24", "10.244.0.0/16"}},
 		{name: "dual stack", pods: []netip.Prefix{pfx("10.244.3.0/24"), pfx("fd00:10:244:3::/64")},
 			cluster: []netip.Prefix{pfx("10.244.0.0/16"), pfx("fd00:10:244::/56")},
-			want:    []string{"iptables", "10.244.3.0/24", "10.244.0.0/16", "ip6tables", "fd00:10:244:3::/64", "fd00:10:244::/56"}},
-		{name: "family not in the cluster", pods: []netip.Prefix{pfx("fd00:10:244:3::/64")}, cluster: []netip.Prefix{pfx("10.244.0.0/16")}},
+			want:    []string{"-4", "-6", "--", "iptables", "10.244.3.0/24", "10.244.0.0/16", "ip6tables", "fd00:10:244:3::/64", "fd00:10:244::/56"}},
+		{name: "family not in the cluster", pods: []netip.Prefix{pfx("fd00:10:244:3::/64")}, cluster: []netip.Prefix{pfx("10.244.0.0/16")},
+			want: []string{"-4", "--"}},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := MasqueradeCommand(tc.pods, tc.cluster)
-			if tc.want == nil {
-				if got != nil {
-					t.Fatalf("want no command, got %v", got)
-				}
-				return
-			}
-			if len(got) < 4 || got[0] != "sh" || got[3] != "sh" || !slices.Equal(got[4:], tc.want) {
+			got := ProbeCommand(tc.pods, tc.cluster)
+			if len(got) < 4 || got[0] != "sh" || got[2] != probeScript || got[3] != "sh" || !slices.Equal(got[4:], tc.want) {
 				t.Fatalf("want arguments %v, got %v", tc.want, got)
 			}
 		})

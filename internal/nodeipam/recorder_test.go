@@ -1,4 +1,4 @@
-package nodeipam
+package nodeipam_test
 
 import (
 	"context"
@@ -25,28 +25,25 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
-	"github.com/capct/cluster-api-provider-container/internal/container"
-	"github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/ipam"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
-	"github.com/capct/cluster-api-provider-container/internal/naming"
+	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 )
 
-// env is one management cluster with one workload cluster, a fake runtime
-// with the cluster's network, and an Assigner over them.
+// env is one management cluster with one workload cluster, node IPAM, and
+// the Initialization phase that runs it, as the ContainerMachine controller
+// does. Conditions, status and events are the phase's; the record and the
+// Node's pod CIDRs are node IPAM's.
 type env struct {
 	t        *testing.T
 	ctx      context.Context
 	mgmt     client.Client
 	workload client.Client
-	rt       *fake.Runtime
 	rec      *record.FakeRecorder
-	a        *Assigner
+	init     *lifecycle.Initialization
 	cluster  *clusterv1.Cluster
 	cc       *infrav1.ContainerCluster
-	network  string
-	routes   *routeTables
 }
 
 func newEnv(t *testing.T, podCIDRs []string, alloc infrav1.PodCIDRAllocation, wl ...interceptor.Funcs) *env {
@@ -68,27 +65,25 @@ func newEnv(t *testing.T, podCIDRs []string, alloc infrav1.PodCIDRAllocation, wl
 		wb = wb.WithInterceptorFuncs(wl[0])
 	}
 	e := &env{
-		t: t, ctx: context.Background(), mgmt: mgmt, workload: wb.Build(),
-		rt: fake.New(clocktesting.NewFakeClock(time.Unix(1700000000, 0))), rec: record.NewFakeRecorder(1000),
-		cluster: cluster, cc: cc, network: "capct-c1", routes: newRouteTables(),
+		t: t, ctx: context.Background(), mgmt: mgmt, workload: wb.Build(), rec: record.NewFakeRecorder(1000),
+		cluster: cluster, cc: cc,
 	}
-	e.rt.SetExecHandler(e.routes.handle)
-	fam := container.IPv4
-	for _, p := range podCIDRs {
-		if strings.Contains(p, ":") {
-			fam = container.DualStack
-		}
-	}
-	if _, err := e.rt.EnsureNetwork(e.ctx, container.NetworkSpec{Name: e.network, IPFamily: fam,
-		Owner: naming.ClusterOwner(cluster, cc)}); err != nil {
-		t.Fatal(err)
-	}
-	e.a = New(mgmt, mgmt, e.rt, clocktesting.NewFakePassiveClock(time.Unix(1700000000, 0)), e.rec)
+	e.restart()
 	return e
 }
 
-// machine creates a ContainerMachine, its running container and its Node
-// (with podCIDRs when given) and returns its scope.
+// restart gives the env a new Recorder, as a restarted manager (or the
+// manager of the cluster clusterctl moved to) has.
+func (e *env) restart() {
+	e.init = &lifecycle.Initialization{Deps: &lifecycle.Deps{
+		Client: e.mgmt, Clock: clocktesting.NewFakePassiveClock(time.Unix(1700000000, 0)), Recorder: e.rec,
+		WorkloadClient: func(context.Context, client.ObjectKey) (client.Client, error) { return e.workload, nil },
+		NodeIPAM:       nodeipam.NewRecorder(e.mgmt, e.mgmt),
+	}}
+}
+
+// machine creates a ContainerMachine and its Node (with podCIDRs when
+// given) and returns its scope.
 func (e *env) machine(name string, nodePodCIDRs ...string) *lifecycle.MachineScope {
 	e.t.Helper()
 	cm := &infrav1.ContainerMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name,
@@ -98,16 +93,6 @@ func (e *env) machine(name string, nodePodCIDRs ...string) *lifecycle.MachineSco
 	if err := e.mgmt.Create(e.ctx, cm); err != nil {
 		e.t.Fatal(err)
 	}
-	labels := s.ContainerLabels()
-	m, err := e.rt.CreateMachine(e.ctx, container.MachineSpec{Name: s.ContainerName(), Image: "capct/node:v1.35.4",
-		Network: e.network, Labels: labels, Role: container.RoleWorker})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := e.rt.Start(e.ctx, m.Name, s.Owner()); err != nil {
-		e.t.Fatal(err)
-	}
-	s.Container, _ = e.rt.Inspect(e.ctx, m.Name)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.ContainerName()}}
 	node.Spec.ProviderID = s.ProviderID()
 	if len(nodePodCIDRs) > 0 {
@@ -120,13 +105,23 @@ func (e *env) machine(name string, nodePodCIDRs ...string) *lifecycle.MachineSco
 	return s
 }
 
+// assign runs the Initialization phase once and reports whether node IPAM
+// is done with the machine.
 func (e *env) assign(s *lifecycle.MachineScope) bool {
 	e.t.Helper()
-	done, err := e.a.AssignPodCIDRs(e.ctx, s, e.workload)
+	done, err := e.tryAssign(s)
 	if err != nil {
-		e.t.Fatalf("AssignPodCIDRs(%s): %v", s.ContainerMachine.Name, err)
+		e.t.Fatalf("Initialization of %s: %v", s.ContainerMachine.Name, err)
 	}
 	return done
+}
+
+func (e *env) tryAssign(s *lifecycle.MachineScope) (bool, error) {
+	if _, err := e.init.Reconcile(e.ctx, s); err != nil {
+		return false, err
+	}
+	c := cond(s)
+	return c != nil && (c.Status == metav1.ConditionTrue || c.Reason == infrav1.DisabledReason), nil
 }
 
 func (e *env) annotation(name string) string {
@@ -207,27 +202,13 @@ func TestAssignRecordsAnnotationBeforeNodeThenStatus(t *testing.T) {
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != infrav1.SucceededReason {
 		t.Fatalf("condition = %+v", c)
 	}
-	conf, err := e.rt.ReadFile(e.ctx, s.ContainerName(), CNIConfigPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(conf), `"subnet": "10.244.0.0/24"`) || !strings.Contains(string(conf), `"subnet": "fd00:10:244::/64"`) {
-		t.Fatalf("CNI config:\n%s", conf)
-	}
-	// A second call changes nothing: no annotation patch, no apply, no
-	// write.
+	// A second pass changes nothing: no record, no apply.
 	annotationAtApply = "unset"
-	calls := len(e.rt.ExecCalls())
 	if !e.assign(s) {
-		t.Fatal("second call not done")
+		t.Fatal("second pass not done")
 	}
 	if annotationAtApply != "unset" {
 		t.Fatal("Node applied again although it already holds the CIDRs")
-	}
-	// Only the masquerade check and the two `ip route show` reads (one per
-	// family).
-	if got := len(e.rt.ExecCalls()) - calls; got != 3 {
-		t.Fatalf("second call ran %d execs, want 3: %v", got, e.rt.ExecCalls()[calls:])
 	}
 }
 
@@ -258,7 +239,7 @@ func TestProviderIDIsRecordedWithTheCIDRs(t *testing.T) {
 	if !e.assign(second) {
 		t.Fatalf("second machine not done: %+v", cond(second))
 	}
-	if evs := e.events(); countPrefix(evs, "Warning "+eventBadRecord) != 0 {
+	if evs := e.events(); countPrefix(evs, "Warning "+nodeipam.EventBadRecord) != 0 {
 		t.Fatalf("a machine's own Node was reported as a conflicting record: %v", evs)
 	}
 }
@@ -286,20 +267,20 @@ func TestMoveRebuildGivesSameAllocations(t *testing.T) {
 	for i := range list.Items {
 		list.Items[i].Status = infrav1.ContainerMachineStatus{}
 	}
-	cfg, _, _, _ := ClusterConfig(e.cluster, e.cc)
-	alloc, bad, err := Rebuild(cfg, list.Items, nil)
+	cfg, _, _, _ := nodeipam.ClusterConfig(e.cluster, e.cc)
+	alloc, bad, err := nodeipam.Rebuild(cfg, list.Items, nil)
 	if err != nil || len(bad) != 0 {
 		t.Fatalf("rebuild: %v %v", err, bad)
 	}
 	for name, v := range before {
 		got, _ := alloc.Get("ContainerMachine/ns/" + name)
-		if FormatPodCIDRs(got) != v {
+		if nodeipam.FormatPodCIDRs(got) != v {
 			t.Fatalf("%s: rebuilt %v, recorded %s", name, got, v)
 		}
 	}
-	// A new Assigner on the moved objects keeps every machine's CIDRs and
+	// A new Recorder on the moved objects keeps every machine's CIDRs and
 	// gives a new machine a fresh one.
-	e.a = New(e.mgmt, e.mgmt, e.rt, nil, e.rec)
+	e.restart()
 	for _, s := range scopes {
 		s.ContainerMachine.Status = infrav1.ContainerMachineStatus{}
 		if !e.assign(s) || strings.Join(s.ContainerMachine.Status.PodCIDRs, ",") != before[s.ContainerMachine.Name] {
@@ -387,10 +368,10 @@ func TestExhaustionConditionAndSingleEvent(t *testing.T) {
 	e := newEnv(t, []string{"10.244.0.0/24"}, infrav1.PodCIDRAllocation{})
 	e.assign(e.machine("m1"))
 	e.events()
-	before := testutil.ToFloat64(allocationFailures.WithLabelValues(infrav1.ExhaustedReason))
+	before := testutil.ToFloat64(nodeipam.AllocationFailures.WithLabelValues(infrav1.ExhaustedReason))
 	s := e.machine("m2")
 	for range 5 {
-		done, err := e.a.AssignPodCIDRs(e.ctx, s, e.workload)
+		done, err := e.tryAssign(s)
 		if done || err != nil {
 			t.Fatalf("exhausted: done=%v err=%v", done, err)
 		}
@@ -403,21 +384,21 @@ func TestExhaustionConditionAndSingleEvent(t *testing.T) {
 	if n := countPrefix(evs, "Warning Exhausted"); n != 1 {
 		t.Fatalf("%d Exhausted events over 5 attempts, want 1: %v", n, evs)
 	}
-	if got := testutil.ToFloat64(allocationFailures.WithLabelValues(infrav1.ExhaustedReason)) - before; got != 5 {
+	if got := testutil.ToFloat64(nodeipam.AllocationFailures.WithLabelValues(infrav1.ExhaustedReason)) - before; got != 5 {
 		t.Fatalf("failure counter grew by %v, want 5", got)
 	}
-	if got := testutil.ToFloat64(cidrsInUse.WithLabelValues("ns", "c1", "IPv4")); got != 1 {
+	if got := testutil.ToFloat64(nodeipam.CIDRsInUse.WithLabelValues("ns", "c1", "IPv4")); got != 1 {
 		t.Fatalf("in use gauge = %v", got)
 	}
-	if got := testutil.ToFloat64(cidrsTotal.WithLabelValues("ns", "c1", "IPv4")); got != 1 {
+	if got := testutil.ToFloat64(nodeipam.CIDRsTotal.WithLabelValues("ns", "c1", "IPv4")); got != 1 {
 		t.Fatalf("total gauge = %v", got)
 	}
 	if e.annotation("m2") != "" {
 		t.Fatal("exhausted machine got an annotation")
 	}
-	// A fresh Assigner (restart) does not repeat the event either: the
+	// A fresh Recorder (restart) does not repeat the event either: the
 	// condition says the machine is already exhausted.
-	e.a = New(e.mgmt, e.mgmt, e.rt, nil, e.rec)
+	e.restart()
 	e.assign(s)
 	if evs := e.events(); countPrefix(evs, "Warning Exhausted") != 0 {
 		t.Fatalf("event repeated after restart: %v", evs)
@@ -511,7 +492,7 @@ func TestBadRecordsAreReportedNotDuplicated(t *testing.T) {
 		seen[v] = true
 	}
 	evs := e.events()
-	if n := countPrefix(evs, "Warning "+eventBadRecord); n != 3 {
+	if n := countPrefix(evs, "Warning "+nodeipam.EventBadRecord); n != 3 {
 		t.Fatalf("%d bad-record events over three reconciles, want 3 (one per bad record): %v", n, evs)
 	}
 	// Of the two machines claiming 10.244.1.0/24, "dup" sorts first and
@@ -520,7 +501,7 @@ func TestBadRecordsAreReportedNotDuplicated(t *testing.T) {
 	cm := &infrav1.ContainerMachine{}
 	_ = e.mgmt.Get(e.ctx, client.ObjectKey{Namespace: "ns", Name: "garbage"}, cm)
 	s := &lifecycle.MachineScope{Cluster: e.cluster, ContainerCluster: e.cc, ContainerMachine: cm, Node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "garbage"}}}
-	if done, err := e.a.AssignPodCIDRs(e.ctx, s, e.workload); done || err != nil || cond(s).Reason != infrav1.PodCIDRConflictReason ||
+	if done, err := e.tryAssign(s); done || err != nil || cond(s).Reason != infrav1.PodCIDRConflictReason ||
 		!strings.Contains(cond(s).Message, "ContainerMachine/ns/dup") {
 		t.Fatalf("garbage: done=%v err=%v cond=%+v", done, err, cond(s))
 	}
@@ -536,7 +517,7 @@ func TestConcurrentMachinesGetDistinctCIDRs(t *testing.T) {
 	errs := make([]error, len(scopes))
 	for i, s := range scopes {
 		wg.Go(func() {
-			done, err := e.a.AssignPodCIDRs(e.ctx, s, e.workload)
+			done, err := e.tryAssign(s)
 			if err == nil && !done {
 				err = errors.New("not done")
 			}
@@ -549,7 +530,7 @@ func TestConcurrentMachinesGetDistinctCIDRs(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("%s: %v", s.ContainerMachine.Name, errs[i])
 		}
-		cidrs, perrs := ParsePodCIDRs(e.annotation(s.ContainerMachine.Name))
+		cidrs, perrs := nodeipam.ParsePodCIDRs(e.annotation(s.ContainerMachine.Name))
 		if len(perrs) > 0 || len(cidrs) != 2 {
 			t.Fatalf("%s: %v %v", s.ContainerMachine.Name, cidrs, perrs)
 		}
@@ -558,12 +539,6 @@ func TestConcurrentMachinesGetDistinctCIDRs(t *testing.T) {
 				t.Fatalf("%s and %s both got %s", other, s.ContainerMachine.Name, p)
 			}
 			seen[p] = s.ContainerMachine.Name
-		}
-	}
-	// Every node ends up routing to the 19 others, per family.
-	for _, s := range scopes {
-		if got := len(e.routes.get(s.ContainerName())); got != 38 {
-			t.Fatalf("%s has %d routes, want 38", s.ContainerName(), got)
 		}
 	}
 }
@@ -585,7 +560,7 @@ func TestDisabledAndNoPodCIDRs(t *testing.T) {
 			if c := cond(s); c == nil || c.Status != metav1.ConditionFalse || c.Reason != infrav1.DisabledReason {
 				t.Fatalf("condition %+v", c)
 			}
-			if e.annotation("m1") != "" || len(e.node(s.Node.Name).Spec.PodCIDRs) != 0 || len(e.rt.ExecCalls()) != 0 {
+			if e.annotation("m1") != "" || len(e.node(s.Node.Name).Spec.PodCIDRs) != 0 {
 				t.Fatal("disabled IPAM did something")
 			}
 		})
@@ -621,7 +596,7 @@ func TestNodeMaskSizesFromContainerCluster(t *testing.T) {
 }
 
 func TestRestart10kNoneHandedOutTwice(t *testing.T) {
-	cfg, _, _, err := ClusterConfig(&clusterv1.Cluster{Spec: clusterv1.ClusterSpec{ClusterNetwork: clusterv1.ClusterNetwork{
+	cfg, _, _, err := nodeipam.ClusterConfig(&clusterv1.Cluster{Spec: clusterv1.ClusterSpec{ClusterNetwork: clusterv1.ClusterNetwork{
 		Pods: clusterv1.NetworkRanges{CIDRBlocks: []string{"10.0.0.0/8", "fd00::/44"}}}}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -639,7 +614,7 @@ func TestRestart10kNoneHandedOutTwice(t *testing.T) {
 			t.Fatal(err)
 		}
 		cm := infrav1.ContainerMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name,
-			Annotations: map[string]string{infrav1.PodCIDRsAnnotation: FormatPodCIDRs(cidrs)}}}
+			Annotations: map[string]string{infrav1.PodCIDRsAnnotation: nodeipam.FormatPodCIDRs(cidrs)}}}
 		cm.Spec.ProviderID = "container:///" + name
 		machines = append(machines, cm)
 		// Half the machines have their Node; every 10th machine's record
@@ -647,7 +622,7 @@ func TestRestart10kNoneHandedOutTwice(t *testing.T) {
 		if i%2 == 0 {
 			n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
 			n.Spec.ProviderID = cm.Spec.ProviderID
-			n.Spec.PodCIDRs = cidrStrings(cidrs)
+			n.Spec.PodCIDRs = nodeipam.CIDRStrings(cidrs)
 			nodes = append(nodes, n)
 		}
 	}
@@ -658,7 +633,7 @@ func TestRestart10kNoneHandedOutTwice(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	alloc, bad, err := Rebuild(cfg, kept, nodes)
+	alloc, bad, err := nodeipam.Rebuild(cfg, kept, nodes)
 	t.Logf("rebuilt %d machines and %d nodes in %s", len(kept), len(nodes), time.Since(start))
 	if err != nil || len(bad) != 0 {
 		t.Fatalf("rebuild: %v, %d bad: %v", err, len(bad), bad[:min(3, len(bad))])
@@ -687,5 +662,97 @@ func TestRestart10kNoneHandedOutTwice(t *testing.T) {
 			}
 			held[p] = true
 		}
+	}
+}
+
+// countingCalls counts every request a client sends.
+type countingCalls struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *countingCalls) add() {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+}
+
+func (c *countingCalls) take() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = 0
+	return n
+}
+
+func (c *countingCalls) funcs() interceptor.Funcs {
+	return interceptor.Funcs{
+		Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			c.add()
+			return cl.Get(ctx, key, obj, opts...)
+		},
+		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			c.add()
+			return cl.List(ctx, list, opts...)
+		},
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			c.add()
+			return cl.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			c.add()
+			return cl.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			c.add()
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+		Apply: func(ctx context.Context, cl client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			c.add()
+			return cl.Apply(ctx, obj, opts...)
+		},
+		Delete: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			c.add()
+			return cl.Delete(ctx, obj, opts...)
+		},
+	}
+}
+
+// Node IPAM's work for one machine is a fixed number of API requests,
+// whatever the size of the cluster: the machine that joins a cluster of 10
+// costs what the first one did. (Its node commands are none: the pod
+// network is programmed per cluster change, see internal/podnetwork.)
+func TestPerMachineWorkDoesNotGrowWithTheCluster(t *testing.T) {
+	requestsFor := func(size int) (first, again int) {
+		calls := &countingCalls{}
+		e := newEnv(t, []string{"10.244.0.0/16"}, infrav1.PodCIDRAllocation{}, calls.funcs())
+		e.mgmt = interceptor.NewClient(e.mgmt.(client.WithWatch), calls.funcs())
+		e.restart()
+		for i := range size - 1 {
+			if !e.assign(e.machine(fmt.Sprintf("m%02d", i))) {
+				t.Fatal("not done")
+			}
+		}
+		s := e.machine("last")
+		calls.take()
+		if !e.assign(s) {
+			t.Fatalf("last machine not done: %+v", cond(s))
+		}
+		first = calls.take()
+		if !e.assign(s) {
+			t.Fatal("second pass not done")
+		}
+		return first, calls.take()
+	}
+	first1, again1 := requestsFor(1)
+	first10, again10 := requestsFor(10)
+	t.Logf("requests for the 1st machine of 1: %d, then %d; for the 10th of 10: %d, then %d", first1, again1, first10, again10)
+	// A list of ContainerMachines, a list of Nodes, the record and the
+	// Node's apply; afterwards only the two lists.
+	if first10 != first1 || first10 != 4 {
+		t.Fatalf("the 10th machine took %d requests, the first of a cluster of one %d; want 4 for both", first10, first1)
+	}
+	if again10 != again1 || again10 != 2 {
+		t.Fatalf("a second pass took %d requests in a cluster of 10 and %d in one of 1; want 2 for both", again10, again1)
 	}
 }

@@ -1,4 +1,4 @@
-package nodeipam
+package podnetwork
 
 import (
 	"net/netip"
@@ -26,35 +26,38 @@ type Route struct {
 
 func (r Route) String() string { return r.Dst.String() + " via " + r.Via.String() }
 
-// Command returns the ip(8) command that adds (replace) or removes (del)
-// the route.
-func (r Route) Command(op string) []string {
-	if r.Dst.Addr().Is4() {
-		return []string{"ip", "route", op, r.Dst.String(), "via", r.Via.String()}
-	}
-	return []string{"ip", "-6", "route", op, r.Dst.String(), "via", r.Via.String()}
-}
-
-// masqueradeScript adds, once, a MASQUERADE rule for each (tool, source,
-// destination) triple of its arguments. Images without iptables (test
-// images) have nothing to program and succeed.
-const masqueradeScript = `command -v iptables >/dev/null 2>&1 || exit 0
+// probeScript makes sure, once, that a node masquerades what its pods send
+// out of the cluster's pod network, then prints the node's routes. Its
+// arguments are the families to list ("-4", "-6"), "--", then a (tool,
+// source, destination) triple per masquerade rule. A node image without the
+// tool fails here, loudly: its pods could not reach anything outside.
+const probeScript = `fams=
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do fams="$fams $1"; shift; done
+[ $# -gt 0 ] && shift
 while [ $# -ge 3 ]; do
   t=$1; src=$2; dst=$3; shift 3
-  $t -t nat -C POSTROUTING -s "$src" ! -d "$dst" -j MASQUERADE 2>/dev/null ||
-    $t -t nat -A POSTROUTING -s "$src" ! -d "$dst" -j MASQUERADE || exit 1
-done`
+  if ! command -v "$t" >/dev/null 2>&1; then
+    echo "$t is not installed in the node image: the node cannot masquerade its pods' traffic" >&2
+    exit 127
+  fi
+  "$t" -t nat -C POSTROUTING -s "$src" ! -d "$dst" -j MASQUERADE 2>/dev/null ||
+    "$t" -t nat -A POSTROUTING -s "$src" ! -d "$dst" -j MASQUERADE || exit 1
+done
+for f in $fams; do ip -o "$f" route show || exit 1; done`
 
-// MasqueradeCommand returns the command that makes a node masquerade what
-// its pods send outside the cluster's pod network, and nothing else. The
-// CNI bridge's own ipMasq would also masquerade traffic to other nodes'
-// pods, hiding the source pod's address from them (which breaks network
-// policies and Kubernetes' networking model), so it is off and this rule
-// takes its place. The arguments are passed to the script, never spliced
-// into it. It returns nil when the node has no pod CIDR of the cluster's
-// families.
-func MasqueradeCommand(podCIDRs, clusterCIDRs []netip.Prefix) []string {
-	cmd := []string{"sh", "-c", masqueradeScript, "sh"}
+// ProbeCommand returns the command that makes a node masquerade what its
+// pods send outside the cluster's pod network, and nothing else, and then
+// prints its routes of the cluster's families (for ParseRoutes). The CNI
+// bridge's own ipMasq would also masquerade traffic to other nodes' pods,
+// hiding the source pod's address from them (which breaks network policies
+// and Kubernetes' networking model), so it is off and this rule takes its
+// place. Arguments are passed to the script, never spliced into it.
+func ProbeCommand(podCIDRs, clusterCIDRs []netip.Prefix) []string {
+	cmd := []string{"sh", "-c", probeScript, "sh"}
+	for _, fam := range families(clusterCIDRs) {
+		cmd = append(cmd, fam)
+	}
+	cmd = append(cmd, "--")
 	for _, own := range podCIDRs {
 		for _, cluster := range clusterCIDRs {
 			if own.Addr().Is4() != cluster.Addr().Is4() {
@@ -67,8 +70,54 @@ func MasqueradeCommand(podCIDRs, clusterCIDRs []netip.Prefix) []string {
 			cmd = append(cmd, tool, own.Masked().String(), cluster.Masked().String())
 		}
 	}
-	if len(cmd) == 4 {
+	return cmd
+}
+
+// families returns the ip(8) family flags of cidrs, each once, in order.
+func families(cidrs []netip.Prefix) []string {
+	var out []string
+	for _, c := range cidrs {
+		f := "-6"
+		if c.Addr().Is4() {
+			f = "-4"
+		}
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// applyScript runs `ip <family> route <op> <dst> via <gateway>` for each
+// quadruple of its arguments. Every change is tried; the exit code says
+// whether all of them succeeded.
+const applyScript = `rc=0
+while [ $# -ge 4 ]; do
+  ip "$1" route "$2" "$3" via "$4" || rc=1
+  shift 4
+done
+exit $rc`
+
+// ApplyCommand returns the one command that adds (with `ip route replace`,
+// which also moves a route to a new gateway) and removes routes in a node,
+// or nil when there is nothing to change. One command per node and change,
+// however many routes, keeps a sync's cost in commands linear in the nodes.
+func ApplyCommand(add, del []Route) []string {
+	if len(add)+len(del) == 0 {
 		return nil
+	}
+	cmd := []string{"sh", "-c", applyScript, "sh"}
+	for _, op := range []struct {
+		name   string
+		routes []Route
+	}{{"replace", add}, {"del", del}} {
+		for _, r := range op.routes {
+			fam := "-6"
+			if r.Dst.Addr().Is4() {
+				fam = "-4"
+			}
+			cmd = append(cmd, fam, op.name, r.Dst.String(), r.Via.String())
+		}
 	}
 	return cmd
 }

@@ -1,4 +1,4 @@
-package nodeipam
+package podnetwork
 
 import (
 	"encoding/json"

@@ -1,0 +1,14 @@
+// Package podnetwork is the data path of CAPCT's node IPAM: it makes the
+// pod CIDRs that internal/nodeipam records reachable. For each node
+// container of a cluster it writes the CNI configuration (a bridge with
+// host-local IPAM over the node's own CIDRs), a masquerade rule for what
+// its pods send outside the pod network, and a route to every other node's
+// pod CIDRs through that node's address on the cluster network.
+//
+// The ContainerCluster controller runs the Syncer once per change of the
+// cluster's nodes (a machine's record, a node container that starts, a
+// machine that goes) and on its periodic pass, not once per machine: a
+// sync runs one command in each node where something changed and none in
+// the others, so a scale-out of N nodes costs O(N) commands per change
+// rather than O(N) per machine. See docs/node-ipam.md.
+package podnetwork

@@ -1,0 +1,273 @@
+package podnetwork
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
+	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
+)
+
+// DefaultVerifyInterval is how long what a sync programmed into a node is
+// trusted before the next sync reads the node's routes back. Within it, a
+// sync changes only what changed since, from memory; a restarted container
+// (NodeStarted) or a new one is read at once.
+const DefaultVerifyInterval = 5 * time.Minute
+
+// Syncer programs a cluster's pod network into its node containers. It is
+// safe for concurrent use; one Syncer serves every cluster.
+type Syncer struct {
+	runtime container.Runtime
+	reader  client.Reader
+	clock   clock.PassiveClock
+	// VerifyInterval defaults to DefaultVerifyInterval.
+	VerifyInterval time.Duration
+
+	mu       sync.Mutex
+	clusters map[types.NamespacedName]*clusterState
+}
+
+// clusterState is what a Syncer remembers of one cluster.
+type clusterState struct {
+	// sync is held around a sync, so that a sync computed from an older
+	// list cannot undo what a newer one did.
+	sync sync.Mutex
+	// nodes is what was programmed into each node container; only the
+	// holder of sync touches it.
+	nodes map[string]programmed
+
+	mu sync.Mutex
+	// starts counts the starts of each node container seen since the
+	// manager started; a node programmed at an older count has lost its
+	// routes and masquerade rule with its network namespace's state.
+	starts map[string]uint64
+}
+
+// programmed is what one node container was last brought to.
+type programmed struct {
+	id       string
+	starts   uint64
+	podCIDRs []netip.Prefix
+	// routes are the node's routes into the cluster's pod network.
+	routes   []Route
+	verified time.Time
+}
+
+// NewSyncer returns a Syncer that reaches node containers through rt and
+// reads ContainerMachines through reader (the manager's cache is fine: a
+// stale read only delays a route until the next sync). clk defaults to the
+// real clock.
+func NewSyncer(rt container.Runtime, reader client.Reader, clk clock.PassiveClock) *Syncer {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Syncer{runtime: rt, reader: reader, clock: clk, clusters: map[types.NamespacedName]*clusterState{}}
+}
+
+func (s *Syncer) state(cluster types.NamespacedName) *clusterState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.clusters[cluster]
+	if !ok {
+		st = &clusterState{nodes: map[string]programmed{}, starts: map[string]uint64{}}
+		s.clusters[cluster] = st
+	}
+	return st
+}
+
+// NodeStarted tells the Syncer that a node container of the cluster
+// started (again): its routes and masquerade rule are gone, and the next
+// sync programs it in full. Call it before waking the cluster's sync.
+func (s *Syncer) NodeStarted(cluster types.NamespacedName, containerName string) {
+	st := s.state(cluster)
+	st.mu.Lock()
+	st.starts[containerName]++
+	st.mu.Unlock()
+}
+
+// ForgetCluster drops what the Syncer remembers of a deleted cluster.
+func (s *Syncer) ForgetCluster(cluster *clusterv1.Cluster) {
+	s.mu.Lock()
+	delete(s.clusters, client.ObjectKeyFromObject(cluster))
+	s.mu.Unlock()
+}
+
+// Sync brings every running node container of the cluster to its pod
+// network: its CNI configuration for its own pod CIDRs, the masquerade rule
+// for its pods' traffic leaving the pod network, a route to each other
+// node's pod CIDRs through that node's address, and no route left into the
+// pod network that no node holds any more. It runs commands only in nodes
+// where something changed (one per node and change), and reads a node's
+// routes back when it is new, restarted, or was last read more than
+// VerifyInterval ago. It does nothing when node IPAM is off for the
+// cluster. An error in one node does not stop the others; all are
+// returned.
+func (s *Syncer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) error {
+	cfg, enabled, _, err := nodeipam.ClusterConfig(cluster, cc)
+	if err != nil || !enabled {
+		// An invalid pod network has nothing to route; the machines'
+		// PodCIDRAllocated condition reports it.
+		return nil
+	}
+	owner := naming.ClusterOwner(cluster, cc)
+	if !owner.Valid() {
+		// No cluster ID yet, so no container of the cluster yet either.
+		return nil
+	}
+	st := s.state(client.ObjectKeyFromObject(cluster))
+	st.sync.Lock()
+	defer st.sync.Unlock()
+
+	machines := &infrav1.ContainerMachineList{}
+	if err := s.reader.List(ctx, machines, client.InNamespace(cluster.Namespace),
+		client.MatchingLabels{clusterv1.ClusterNameLabel: cluster.Name}); err != nil {
+		return fmt.Errorf("failed to list the ContainerMachines of Cluster %s: %w", klog.KObj(cluster), err)
+	}
+	cidrsOf := make(map[string][]netip.Prefix, len(machines.Items))
+	for i := range machines.Items {
+		cidrsOf[machines.Items[i].Name] = nodeipam.Recorded(&machines.Items[i])
+	}
+	containers, err := container.ListOwned(ctx, s.runtime, owner, nil)
+	if err != nil {
+		return fmt.Errorf("failed to list the containers of Cluster %s: %w", klog.KObj(cluster), err)
+	}
+	var nodes []Node
+	byName := map[string]container.Machine{}
+	for _, c := range containers {
+		if !container.Role(c.Labels[container.LabelRole]).IsNode() || c.State != container.StateRunning {
+			continue
+		}
+		byName[c.Name] = c
+		nodes = append(nodes, Node{Name: c.Name, IPv4: c.IPv4, IPv6: c.IPv6, PodCIDRs: cidrsOf[c.Labels[container.LabelMachine]]})
+	}
+	st.forgetAllBut(byName)
+
+	desired := DesiredRoutes(nodes)
+	var errs []error
+	for _, n := range nodes {
+		c := byName[n.Name]
+		if err := s.syncNode(ctx, st, c, owner.ForMachine(c.Labels[container.LabelMachine]), n, desired[n.Name], cfg.ClusterCIDRs); err != nil {
+			// Read the node back next time rather than trust what it was
+			// last brought to.
+			delete(st.nodes, n.Name)
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// forgetAllBut drops what is remembered of node containers that are gone.
+// The caller holds st.sync.
+func (st *clusterState) forgetAllBut(running map[string]container.Machine) {
+	for name := range st.nodes {
+		if _, ok := running[name]; !ok {
+			delete(st.nodes, name)
+		}
+	}
+	st.mu.Lock()
+	for name := range st.starts {
+		if _, ok := running[name]; !ok {
+			delete(st.starts, name)
+		}
+	}
+	st.mu.Unlock()
+}
+
+func (st *clusterState) startsOf(name string) uint64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.starts[name]
+}
+
+// syncNode brings one node to its CNI configuration, masquerade rule and
+// desired routes. The caller holds st.sync.
+func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c container.Machine, owner container.Owner, n Node, desired []Route, clusterCIDRs []netip.Prefix) error {
+	now := s.clock.Now()
+	verifyInterval := s.VerifyInterval
+	if verifyInterval == 0 {
+		verifyInterval = DefaultVerifyInterval
+	}
+	// Read before the commands below: a start seen while they run makes
+	// the next sync program the node again.
+	starts := st.startsOf(n.Name)
+	p, known := st.nodes[n.Name]
+	trusted := known && p.id == c.ID && p.starts == starts && slices.Equal(p.podCIDRs, n.PodCIDRs) && now.Sub(p.verified) < verifyInterval
+	current := p.routes
+	if !trusted {
+		if len(n.PodCIDRs) > 0 {
+			if err := s.writeCNIConfig(ctx, n.Name, owner, n.PodCIDRs); err != nil {
+				return err
+			}
+		}
+		out, err := s.exec(ctx, n.Name, owner, ProbeCommand(n.PodCIDRs, clusterCIDRs))
+		if err != nil {
+			return err
+		}
+		current = ParseRoutes(out)
+		p = programmed{id: c.ID, starts: starts, podCIDRs: n.PodCIDRs, verified: now}
+	}
+	add, del := DiffRoutes(current, desired, clusterCIDRs)
+	if cmd := ApplyCommand(add, del); cmd != nil {
+		if _, err := s.exec(ctx, n.Name, owner, cmd); err != nil {
+			return err
+		}
+		ctrl.LoggerFrom(ctx).Info("Synced pod CIDR routes", "Container", n.Name, "Added", len(add), "Removed", len(del))
+	}
+	p.routes = desired
+	st.nodes[n.Name] = p
+	return nil
+}
+
+// writeCNIConfig writes the node's CNI configuration unless it already has
+// it.
+func (s *Syncer) writeCNIConfig(ctx context.Context, name string, owner container.Owner, cidrs []netip.Prefix) error {
+	want, err := CNIConfig(cidrs)
+	if err != nil {
+		return err
+	}
+	have, err := s.runtime.ReadFile(ctx, name, CNIConfigPath)
+	switch {
+	case err == nil && bytes.Equal(have, want):
+		return nil
+	case err != nil && !container.IsNotFound(err):
+		return fmt.Errorf("failed to read %s in container %s: %w", CNIConfigPath, name, err)
+	}
+	if err := s.runtime.WriteFile(ctx, name, owner, CNIConfigPath, want, 0o644); err != nil {
+		return fmt.Errorf("failed to write %s in container %s: %w", CNIConfigPath, name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Wrote the node's CNI config", "Container", name, "Path", CNIConfigPath)
+	return nil
+}
+
+func (s *Syncer) exec(ctx context.Context, name string, owner container.Owner, cmd []string) (string, error) {
+	res, err := s.runtime.Exec(ctx, name, owner, container.ExecInput{Cmd: cmd})
+	what := strings.Join(cmd, " ")
+	if len(cmd) > 3 && cmd[0] == "sh" {
+		// The script itself is long and the same every time; its
+		// arguments say what it did.
+		what = strings.Join(cmd[4:], " ")
+	}
+	if err != nil {
+		return "", fmt.Errorf("failed to program the pod network (%s) in container %s: %w", what, name, err)
+	}
+	if res.ExitCode != 0 {
+		return "", fmt.Errorf("failed to program the pod network (%s) in container %s: exit code %d: %s", what, name, res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+	}
+	return string(res.Stdout), nil
+}
