@@ -41,9 +41,6 @@ type Runtime interface {
 	// error. A static address or fixed host port held by another container
 	// is an error for which IsInUse is true.
 	Start(ctx context.Context, name string, owner Owner) error
-	// Stop stops the container, killing it after timeout. Stopping a
-	// stopped container is not an error.
-	Stop(ctx context.Context, name string, owner Owner, timeout time.Duration) error
 	// Delete removes the container by force, with its anonymous volumes.
 	// Deleting a missing container is not an error.
 	Delete(ctx context.Context, name string, owner Owner) error

@@ -91,13 +91,6 @@ func (b *boundedRuntime) Start(ctx context.Context, name string, owner Owner) er
 	return err
 }
 
-// Stop waits up to timeout for the container to end before the engine
-// kills it, so it gets that on top of the bound.
-func (b *boundedRuntime) Stop(ctx context.Context, name string, owner Owner, timeout time.Duration) error {
-	_, err := call(ctx, b.bound+max(timeout, 0), noValue(func(ctx context.Context) error { return b.rt.Stop(ctx, name, owner, timeout) }))
-	return err
-}
-
 func (b *boundedRuntime) Delete(ctx context.Context, name string, owner Owner) error {
 	_, err := call(ctx, b.bound, noValue(func(ctx context.Context) error { return b.rt.Delete(ctx, name, owner) }))
 	return err

@@ -34,7 +34,7 @@ func testImage(t testing.TB, rt *docker.Runtime) string {
 
 func TestSuite(t *testing.T) {
 	rt := dockertest.NewRuntime(t)
-	runtimetest.RunSuite(t, func(t *testing.T) container.Runtime { return rt }, testImage(t, rt))
+	runtimetest.RunSuite(t, func(t *testing.T) runtimetest.Runtime { return rt }, testImage(t, rt))
 }
 
 func TestExecLargeBinaryStdinRoundTrips(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 )
 
 func TestSuite(t *testing.T) {
-	runtimetest.RunSuite(t, func(*testing.T) container.Runtime { return fake.New(nil) }, "fake/busybox:test")
+	runtimetest.RunSuite(t, func(*testing.T) runtimetest.Runtime { return fake.New(nil) }, "fake/busybox:test")
 }
 
 func TestFailNextAndOutOfBandRemoval(t *testing.T) {

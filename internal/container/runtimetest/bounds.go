@@ -11,7 +11,7 @@ import (
 // RunBounds checks that what a container returns costs the manager bounded
 // memory, and that errors never repeat a command's arguments or stdin,
 // which may hold bootstrap scripts and secrets. image is as for RunSuite.
-func RunBounds(t *testing.T, rt container.Runtime, image string) {
+func RunBounds(t *testing.T, rt Runtime, image string) {
 	e := NewEnv(t, rt, image, container.IPv4)
 	spec := e.Spec("bounds")
 	// A node's spec, for its tmpfs /run, which files are read from by exec.

@@ -20,9 +20,20 @@ import (
 // SIGTERM.
 var LoopCmd = []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"}
 
+// Runtime is what the behaviour suite drives: the runtime seam, and Stop,
+// which CAPCT's controllers never call (a machine is deleted, never
+// stopped) but which the suite needs to act as the engine or a user would
+// and to check that Stop, too, refuses another owner's container.
+type Runtime interface {
+	container.Runtime
+	// Stop stops the container, killing it after timeout. Stopping a
+	// stopped container is not an error.
+	Stop(ctx context.Context, name string, owner container.Owner, timeout time.Duration) error
+}
+
 // Env is what a suite run made for itself.
 type Env struct {
-	RT container.Runtime
+	RT Runtime
 	// Prefix starts the names of everything the run makes.
 	Prefix string
 	// Owner is the run's cluster (no machine); Spec gives its machines.
@@ -83,7 +94,7 @@ func RandomSuffix() string {
 
 // NewEnv makes a network with unique names and a cleanup that deletes only
 // what this run's cluster owns, then the network.
-func NewEnv(t *testing.T, rt container.Runtime, image string, family container.IPFamily) *Env {
+func NewEnv(t *testing.T, rt Runtime, image string, family container.IPFamily) *Env {
 	t.Helper()
 	suffix := RandomSuffix()
 	e := &Env{RT: rt, Prefix: "capct-rt-" + suffix, Image: image,
@@ -116,7 +127,7 @@ func NewEnv(t *testing.T, rt container.Runtime, image string, family container.I
 // RunSuite runs the behaviours against runtimes made by newRuntime, running
 // containers of image (which must provide busybox-style sh, sleep, cat, true,
 // false and echo).
-func RunSuite(t *testing.T, newRuntime func(t *testing.T) container.Runtime, image string) {
+func RunSuite(t *testing.T, newRuntime func(t *testing.T) Runtime, image string) {
 	rt := newRuntime(t)
 	e := NewEnv(t, rt, image, container.IPv4)
 
