@@ -756,3 +756,39 @@ func TestPerMachineWorkDoesNotGrowWithTheCluster(t *testing.T) {
 		t.Fatalf("a second pass took %d requests in a cluster of 10 and %d in one of 1; want 2 for both", again10, again1)
 	}
 }
+
+// The manager stops between the record and the Node's apply: the restarted
+// manager (a fresh Recorder, nothing in memory) finds the record, applies
+// the same CIDRs to the Node, and hands them to nobody else meanwhile.
+func TestRestartBetweenRecordAndNode(t *testing.T) {
+	crash := true
+	e := newEnv(t, []string{"10.244.0.0/16"}, infrav1.PodCIDRAllocation{}, interceptor.Funcs{
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			if crash {
+				return errors.New("the manager stopped")
+			}
+			return c.Apply(ctx, obj, opts...)
+		},
+	})
+	s1 := e.machine("m1")
+	if _, err := e.tryAssign(s1); err == nil {
+		t.Fatal("the apply did not fail")
+	}
+	recorded := e.annotation("m1")
+	if recorded != "10.244.0.0/24" || len(e.node(s1.Node.Name).Spec.PodCIDRs) != 0 {
+		t.Fatalf("before the restart: record %q, Node %v; want the record and no Node CIDRs", recorded, e.node(s1.Node.Name).Spec.PodCIDRs)
+	}
+	crash = false
+	e.restart()
+	s2 := e.machine("m2")
+	if !e.assign(s2) || e.annotation("m2") == recorded {
+		t.Fatalf("m2 got %q, which m1 recorded before the restart", e.annotation("m2"))
+	}
+	s1.ContainerMachine.Status = infrav1.ContainerMachineStatus{}
+	if !e.assign(s1) {
+		t.Fatalf("m1 not done after the restart: %+v", cond(s1))
+	}
+	if got := e.node(s1.Node.Name).Spec.PodCIDRs; len(got) != 1 || got[0] != recorded {
+		t.Fatalf("m1's Node got %v after the restart, want its record %s", got, recorded)
+	}
+}
