@@ -22,34 +22,17 @@
 #   KIND_VERSION        sigs.k8s.io/kind module whose node boot files are used (v0.33.0)
 #   FORCE=1             rebuild the final image even if its inputs are unchanged
 set -euo pipefail
+log_name=build-node-image
+# shellcheck source=hack/lib.sh
+source "$(dirname "$0")/../lib.sh"
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$CAPCT_ROOT
 here="$root/hack/node-image"
-cache_root=${CAPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capct}
-cache="$cache_root/node-image"
+cache="$CAPCT_CACHE_DIR/node-image"
 mkdir -p "$cache"/{rootfs,bin,images,ctx,tmp}
 export DOCKER_BUILDKIT=0 # the legacy builder uses local base images and is always there
 
 suite=${DEBIAN_SUITE:-bookworm}
-script_start=$SECONDS
-step_start=$SECONDS
-step_name=""
-
-log() { echo "build-node-image: $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-step() { # step NAME: starts timing a step (ending the previous one)
-  end_step
-  step_name=$1
-  step_start=$SECONDS
-  log "==> $step_name"
-}
-end_step() {
-  if [[ -n "$step_name" ]]; then
-    log "<== $step_name: $((SECONDS - step_start))s"
-    step_name=""
-  fi
-}
-hash_of() { sha256sum | cut -c1-16; }
 # dbuild ARGS...: docker build, quiet unless it fails
 dbuild() {
   local out
@@ -73,29 +56,25 @@ drop_previous() {
   docker rmi "$1" >/dev/null 2>&1 || true
 }
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
-image_label() { docker image inspect -f "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true; }
 
 docker info >/dev/null 2>&1 || die "Docker is unreachable (run hack/ensure-docker.sh)"
 
 # ---------------------------------------------------------------------------
 # Versions
 # ---------------------------------------------------------------------------
-kube_tools="$root/hack/tools/kubernetes"
-etcd_tools="$root/hack/tools/etcd"
-coredns_tools="$root/hack/tools/coredns"
-pause_tools="$root/hack/tools/pause"
+kube_tools="$CAPCT_TOOLS/kubernetes"
+etcd_tools="$CAPCT_TOOLS/etcd"
+coredns_tools="$CAPCT_TOOLS/coredns"
+pause_tools="$CAPCT_TOOLS/pause"
 
-module_version() { # module_version DIR MODULE
-  awk -v m="$2" '$1 == m && $2 ~ /^v/ { print $2; exit }' "$1/go.mod"
-}
-pinned_kube=$(module_version "$kube_tools" k8s.io/kubernetes)
+pinned_kube=$(tool_version kubernetes k8s.io/kubernetes)
 KUBERNETES_VERSION=${KUBERNETES_VERSION:-$pinned_kube}
 if [[ "$KUBERNETES_VERSION" != "$pinned_kube" ]]; then
   die "KUBERNETES_VERSION=$KUBERNETES_VERSION but hack/tools/kubernetes pins k8s.io/kubernetes $pinned_kube.
 Binaries are built from that module: change its pin (and the staging modules' replace lines to v0.${KUBERNETES_VERSION#v1.}) to pick another version. See docs/node-image.md."
 fi
-etcd_version=$(module_version "$etcd_tools" go.etcd.io/etcd/server/v3)
-coredns_version=$(module_version "$coredns_tools" github.com/coredns/coredns)
+etcd_version=$(tool_version etcd go.etcd.io/etcd/server/v3)
+coredns_version=$(tool_version coredns github.com/coredns/coredns)
 go_version=$(go env GOVERSION)
 # kind's node boot files (entrypoint, systemd units) are taken from this module
 kind_version=${KIND_VERSION:-v0.33.0}
@@ -223,9 +202,7 @@ build_tool() { # build_tool NAME DIR PACKAGE -> prints the binary
   out="$cache/bin/$name-$key/$name"
   if [[ ! -x "$out" ]]; then
     log "go build $pkg"
-    mkdir -p "$(dirname "$out")"
-    (cd "$dir" && CGO_ENABLED=0 go build -ldflags "-s -w" -o "$out.tmp" "$pkg")
-    mv "$out.tmp" "$out"
+    CGO_ENABLED=0 build_go_tool "$out" "$dir" "$pkg" -ldflags "-s -w"
     prune "$cache/bin" "$name-*" "$(dirname "$out")"
   fi
   echo "$out"
