@@ -83,5 +83,5 @@ bench: ## Run the Go benchmarks (IPAM allocator, runtime seam overhead)
 	go test -run='^$$' -bench=. -benchmem ./internal/ipam ./internal/container/...
 
 include hack/release.mk
-include hack/node-image/images.mk
+include images/images.mk
 include hack/quickstart.mk

@@ -88,8 +88,8 @@ report_memory() {
 prerequisites() {
   step "prerequisites: Docker, node and LB images, kubectl"
   "$QS_ROOT/hack/ensure-docker.sh" >&2
-  KUBERNETES_VERSION=$k8s_version NODE_IMAGE=$node_image "$QS_ROOT/hack/node-image/build-node-image.sh" node >/dev/null
-  "$QS_ROOT/hack/node-image/build-node-image.sh" lb >/dev/null
+  KUBERNETES_VERSION=$k8s_version NODE_IMAGE=$node_image "$QS_ROOT/images/node/build.sh" >/dev/null
+  "$QS_ROOT/images/haproxy/build.sh" >/dev/null
   if [[ ! -x "$kubectl" ]]; then
     # the node image's kubectl, version-stamped by its build; the host may have none
     local id

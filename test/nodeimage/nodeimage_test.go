@@ -1,5 +1,5 @@
 // Package nodeimage tests the offline node and load-balancer images that
-// hack/node-image/build-node-image.sh builds (docs/node-image.md): a node
+// images/node and images/haproxy build (docs/node-image.md): a node
 // container boots, `kubeadm init` makes it a Ready control plane with every
 // kube-system pod Running, a second node joins, and the HAProxy image
 // forwards to the API server and reloads on SIGHUP without dropping a
@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "FAIL: building the node image: %v\n", err)
 		os.Exit(1)
 	}
-	if lbImage, err = buildImage("lb"); err != nil {
+	if lbImage, err = buildImage("haproxy"); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: building the LB image: %v\n", err)
 		os.Exit(1)
 	}
@@ -57,11 +57,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// buildImage runs the (cached) build script and returns the image it printed.
-func buildImage(what string) (string, error) {
+// buildImage runs the (cached) build script of images/<name> and returns
+// the image it printed.
+func buildImage(name string) (string, error) {
 	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "hack", "node-image", "build-node-image.sh")
-	cmd := exec.Command("bash", script, what)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "images", name, "build.sh")
+	cmd := exec.Command("bash", script)
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = os.Stderr
