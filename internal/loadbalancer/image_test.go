@@ -21,11 +21,10 @@ var imageConfigPath = filepath.Join("..", "..", "images", "haproxy", "haproxy.cf
 // an IPv4 cluster that has no control-plane machine with an address yet.
 func emptyCluster(t *testing.T) []byte {
 	t.Helper()
-	rendered, err := Render("", Config{FrontendPort: APIServerPort, BackendPort: APIServerPort})
+	config, _, err := Configuration("", Config{FrontendPort: APIServerPort, BackendPort: APIServerPort})
 	if err != nil {
 		t.Fatal(err)
 	}
-	config, _ := withMarker(rendered)
 	return config
 }
 
