@@ -23,6 +23,6 @@ node-image: ## Build the node image capct/node:<kubernetes version> from source,
 lb-image: ## Build the load-balancer image capct/haproxy:<haproxy version>, offline (images/haproxy)
 	LB_IMAGE=$(LB_IMAGE) $(IMAGES_ROOT)/images/haproxy/build.sh
 
-test-node-image: node-image lb-image ## Boot node images with kubeadm and test the LB image (needs Docker)
+test-node-image: node-image lb-image ## Boot a cluster of node images behind the LB image, with the configurations CAPCT renders (needs Docker)
 	cd $(IMAGES_ROOT) && NODE_IMAGE=$(NODE_IMAGE) LB_IMAGE=$(LB_IMAGE) \
 		go test ./test/nodeimage/... -count=1 -v -timeout $(NODE_IMAGE_TEST_TIMEOUT)
