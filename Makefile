@@ -35,17 +35,18 @@ $(CONTROLLER_GEN): hack/tools/controller-gen/go.mod
 	cd hack/tools/controller-gen && go build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs, RBAC and webhook manifests, and the template flavors
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs, RBAC and webhook manifests, the template flavors and the LB image's haproxy.cfg
 	$(CONTROLLER_GEN) object paths=./api/... paths=./exp/api/...
 	$(CONTROLLER_GEN) crd paths=./api/... paths=./exp/api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./internal/... paths=./exp/... output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) webhook paths=./internal/webhooks/... output:webhook:artifacts:config=config/webhook
 	hack/templates.sh
+	go test ./internal/loadbalancer -run '^TestImageConfigIsRendered$$' -count=1 -update >/dev/null
 
 .PHONY: verify
 verify: generate ## Fail when generated files are stale, code is not gofmt'd, or go vet complains
-	@if [ -n "$$(git status --porcelain -- api exp config templates)" ]; then \
-		echo "Generated files are stale; run 'make generate' and commit:"; git status --porcelain -- api exp config templates; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- api exp config templates images)" ]; then \
+		echo "Generated files are stale; run 'make generate' and commit:"; git status --porcelain -- api exp config templates images; exit 1; fi
 	@if [ -n "$$(gofmt -l $$(git ls-files '*.go'))" ]; then \
 		echo "Not gofmt'd:"; gofmt -l $$(git ls-files '*.go'); exit 1; fi
 	go vet ./...
@@ -83,5 +84,5 @@ bench: ## Run the Go benchmarks (IPAM allocator, runtime seam overhead)
 	go test -run='^$$' -bench=. -benchmem ./internal/ipam ./internal/container/...
 
 include hack/release.mk
-include hack/node-image/images.mk
+include images/images.mk
 include hack/quickstart.mk

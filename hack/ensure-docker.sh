@@ -9,8 +9,9 @@
 # only what is missing, and never lowers a limit.
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/.." && pwd)
-log() { echo "ensure-docker: $*" >&2; }
+log_name=ensure-docker
+# shellcheck source=hack/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # The host-wide limits that node containers share, as "sysctl minimum why".
 # Every node (systemd, journald, containerd, kubelet) holds inotify
@@ -69,7 +70,7 @@ fi
 
 config_changed=false
 if $needs_wrapper; then
-  install -m 0755 "$root/hack/runc-drop-sys-resource" /usr/local/bin/capct-runc
+  install -m 0755 "$CAPCT_ROOT/hack/runc-drop-sys-resource" /usr/local/bin/capct-runc
   mkdir -p /etc/docker
   current='{}'
   [[ -s /etc/docker/daemon.json ]] && current=$(cat /etc/docker/daemon.json)

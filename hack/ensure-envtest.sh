@@ -8,11 +8,12 @@
 # about 5 minutes on 2 cores; later runs reuse the cache and return at once.
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/.." && pwd)
+log_name=ensure-envtest
+# shellcheck source=hack/lib.sh
+source "$(dirname "$0")/lib.sh"
 kube_version=v1.35.4
 etcd_version=v3.6.16
-cache=${CAPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capct}
-assets="$cache/envtest/kube-${kube_version}-etcd-${etcd_version}"
+assets="$CAPCT_CACHE_DIR/envtest/kube-${kube_version}-etcd-${etcd_version}"
 
 if [[ -x "$assets/kube-apiserver" && -x "$assets/etcd" ]]; then
   echo "$assets"
@@ -20,21 +21,18 @@ if [[ -x "$assets/kube-apiserver" && -x "$assets/etcd" ]]; then
 fi
 
 mkdir -p "$assets"
-log() { echo "ensure-envtest: $*" >&2; }
 
 if [[ ! -x "$assets/kube-apiserver" ]]; then
   log "Building kube-apiserver ${kube_version} from source (about 4-5 minutes cold)"
   start=$SECONDS
-  (cd "$root/hack/tools/kubernetes" && CGO_ENABLED=0 go build -o "$assets/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
-  mv "$assets/kube-apiserver.tmp" "$assets/kube-apiserver"
+  CGO_ENABLED=0 build_go_tool "$assets/kube-apiserver" "$CAPCT_TOOLS/kubernetes" k8s.io/kubernetes/cmd/kube-apiserver
   log "Built kube-apiserver in $((SECONDS - start))s"
 fi
 
 if [[ ! -x "$assets/etcd" ]]; then
   log "Building etcd ${etcd_version} from source (about 1 minute cold)"
   start=$SECONDS
-  (cd "$root/hack/tools/etcd" && CGO_ENABLED=0 go build -o "$assets/etcd.tmp" go.etcd.io/etcd/server/v3)
-  mv "$assets/etcd.tmp" "$assets/etcd"
+  CGO_ENABLED=0 build_go_tool "$assets/etcd" "$CAPCT_TOOLS/etcd" go.etcd.io/etcd/server/v3
   log "Built etcd in $((SECONDS - start))s"
 fi
 

@@ -19,14 +19,14 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export QUICKSTART_OUT=${QUICKSTART_OUT:-$root/out/bench}
 export MGMT_NAME=${MGMT_NAME:-capct-bench} MGMT_NETWORK=kind
-export QS_NAME=bench
+export LOG_NAME=bench
 # shellcheck source=hack/quickstart/lib.sh
 source "$root/hack/quickstart/lib.sh"
 
 rounds=${ROUNDS:-2}
 timeout=${BENCH_TIMEOUT:-600}
 k8s_version=v1.35.4
-capd_version=$(awk '$1 == "require" && $2 == "sigs.k8s.io/cluster-api/test" {print $3}' "$QS_ROOT/hack/tools/capd/go.mod")
+capd_version=$(tool_version capd sigs.k8s.io/cluster-api/test)
 capd_image=gcr.io/k8s-staging-cluster-api/capd-manager:$capd_version
 mgmt_kubeconfig=$QS_OUT/management.kubeconfig
 clusterctl=$QS_CACHE/bin/clusterctl-$CAPI_VERSION
@@ -38,16 +38,12 @@ kmgmt() { "$kubectl" --kubeconfig "$mgmt_kubeconfig" "$@"; }
 build_capd() {
   step "CAPD $capd_version: manager image and clusterctl repository"
   local key bin mod work dest
-  key=$( (go version; cat "$QS_ROOT/hack/tools/capd/go.mod" "$QS_ROOT/hack/tools/capd/go.sum") | hash_of)
+  key=$( (go version; cat "$CAPCT_TOOLS/capd/go.mod" "$CAPCT_TOOLS/capd/go.sum") | hash_of)
   bin="$QS_CACHE/capd/$capd_version-$key/manager"
-  if [[ ! -x "$bin" ]]; then
-    mkdir -p "$(dirname "$bin")"
-    (cd "$QS_ROOT/hack/tools/capd" && CGO_ENABLED=0 go build -trimpath -o "$bin.tmp" sigs.k8s.io/cluster-api/test/infrastructure/docker)
-    mv "$bin.tmp" "$bin"
-  fi
+  CGO_ENABLED=0 build_go_tool "$bin" "$CAPCT_TOOLS/capd" sigs.k8s.io/cluster-api/test/infrastructure/docker -trimpath
   build_scratch_image "$capd_image" "$key" "$bin" 0:0 # root: the Docker socket
 
-  mod=$(cd "$QS_ROOT/hack/tools/capd" && go mod download -json sigs.k8s.io/cluster-api/test | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  mod=$(cd "$CAPCT_TOOLS/capd" && go mod download -json sigs.k8s.io/cluster-api/test | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   work=$(mktemp -d)
   cp -r "$mod/infrastructure/docker/config" "$work/config"
   chmod -R u+w "$work"
@@ -55,7 +51,7 @@ build_capd() {
   sed -i -e 's@imagePullPolicy: .*@imagePullPolicy: IfNotPresent@' "$work/config/default/manager_pull_policy.yaml"
   dest="$QS_OUT/repository/infrastructure-docker/$capd_version"
   mkdir -p "$dest"
-  "$QS_CACHE/bin/kustomize-v5.8.2" build "$work/config/default" >"$dest/infrastructure-components.yaml"
+  "$QS_CACHE/bin/kustomize-$(tool_version kustomize sigs.k8s.io/kustomize/kustomize/v5)" build "$work/config/default" >"$dest/infrastructure-components.yaml"
   rm -rf "$work"
   # CAPD's module ships no metadata.yaml; clusterctl needs one.
   cat >"$dest/metadata.yaml" <<YAML

@@ -18,7 +18,7 @@ set -euo pipefail
 # shellcheck source=hack/quickstart/lib.sh
 source "$(dirname "$0")/lib.sh"
 
-tools="$QS_ROOT/hack/tools/capi"
+tools="$CAPCT_TOOLS/capi"
 registry=${CAPI_REGISTRY:-registry.k8s.io/cluster-api}
 v=$CAPI_VERSION
 [[ "$v" =~ ^v([0-9]+)\.([0-9]+)\. ]] || die "cannot read the cluster-api version from $tools/go.mod"
@@ -47,9 +47,7 @@ order=(clusterctl cluster-api-controller kubeadm-bootstrap-controller kubeadm-co
 for name in "${order[@]}"; do
   if [[ -x "$bindir/$name" ]]; then continue; fi
   step "go build $name"
-  mkdir -p "$bindir"
-  (cd "$tools" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bindir/$name.tmp" "${pkgs[$name]}")
-  mv "$bindir/$name.tmp" "$bindir/$name"
+  CGO_ENABLED=0 build_go_tool "$bindir/$name" "$tools" "${pkgs[$name]}" -trimpath -ldflags "$ldflags"
 done
 # Older builds of the same kind are pruned.
 for d in "$QS_CACHE"/capi/*/; do

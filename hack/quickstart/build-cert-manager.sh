@@ -21,8 +21,8 @@ set -euo pipefail
 # shellcheck source=hack/quickstart/lib.sh
 source "$(dirname "$0")/lib.sh"
 
-tools="$QS_ROOT/hack/tools/certmanager"
-v=$(awk '$1 == "github.com/cert-manager/cert-manager" && $2 ~ /^v/ {print $2; exit}' "$tools/go.mod")
+tools="$CAPCT_TOOLS/certmanager"
+v=$(tool_version certmanager github.com/cert-manager/cert-manager)
 registry=${CERT_MANAGER_REGISTRY:-quay.io/jetstack}
 ns=cert-manager
 
@@ -37,9 +37,7 @@ log "cert-manager $v, inputs $key"
 for name in controller webhook cainjector; do
   if [[ -x "$bindir/$name" ]]; then continue; fi
   step "go build $name"
-  mkdir -p "$bindir"
-  (cd "$tools" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bindir/$name.tmp" "./cmd/$name")
-  mv "$bindir/$name.tmp" "$bindir/$name"
+  CGO_ENABLED=0 build_go_tool "$bindir/$name" "$tools" "./cmd/$name" -trimpath -ldflags "$ldflags"
 done
 for d in "$QS_CACHE"/cert-manager/*/; do
   [[ "${d%/}" == "$bindir" ]] || rm -rf "$d"

@@ -31,16 +31,11 @@ registry=${CAPI_REGISTRY:-registry.k8s.io/cluster-api}
 repo="$QS_OUT/repository"
 
 step "kustomize"
-kustomize_version=$(awk '$1 == "sigs.k8s.io/kustomize/kustomize/v5" {print $2}' "$QS_ROOT/hack/tools/kustomize/go.mod")
-kustomize="$QS_CACHE/bin/kustomize-$kustomize_version"
-if [[ ! -x "$kustomize" ]]; then
-  mkdir -p "$QS_CACHE/bin"
-  (cd "$QS_ROOT/hack/tools/kustomize" && go build -o "$kustomize.tmp" sigs.k8s.io/kustomize/kustomize/v5)
-  mv "$kustomize.tmp" "$kustomize"
-fi
+kustomize="$QS_CACHE/bin/kustomize-$(tool_version kustomize sigs.k8s.io/kustomize/kustomize/v5)"
+build_go_tool "$kustomize" "$CAPCT_TOOLS/kustomize" sigs.k8s.io/kustomize/kustomize/v5
 
 step "cluster-api $v components"
-mod=$(cd "$QS_ROOT/hack/tools/capi" && go mod download -json sigs.k8s.io/cluster-api | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+mod=$(cd "$CAPCT_TOOLS/capi" && go mod download -json sigs.k8s.io/cluster-api | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 [[ -d "$mod/config/default" ]] || die "cannot find sigs.k8s.io/cluster-api@$v in the module cache"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -367,7 +367,7 @@ up() {
   step "prerequisites"
   "$QS_ROOT/hack/ensure-docker.sh" >&2
   if ! docker image inspect "$node_image" >/dev/null 2>&1; then
-    NODE_IMAGE=$node_image "$QS_ROOT/hack/node-image/build-node-image.sh" node >/dev/null
+    NODE_IMAGE=$node_image "$QS_ROOT/images/node/build.sh" >/dev/null
   fi
 
   if node_exists; then

@@ -58,7 +58,7 @@ export QUICKSTART_VERSION=${QUICKSTART_VERSION:-v0.1.0}
 
 kmgmt() { "$kubectl" --kubeconfig "$mgmt_kubeconfig" "$@"; }
 kwl() { "$kubectl" --kubeconfig "$kubeconfig" "$@"; }
-elapsed() { printf '%4ds' $((SECONDS - qs_start)); }
+elapsed() { printf '%4ds' $((SECONDS - script_start)); }
 
 # ---- memory ----
 
@@ -88,8 +88,8 @@ report_memory() {
 prerequisites() {
   step "prerequisites: Docker, node and LB images, kubectl"
   "$QS_ROOT/hack/ensure-docker.sh" >&2
-  KUBERNETES_VERSION=$k8s_version NODE_IMAGE=$node_image "$QS_ROOT/hack/node-image/build-node-image.sh" node >/dev/null
-  "$QS_ROOT/hack/node-image/build-node-image.sh" lb >/dev/null
+  KUBERNETES_VERSION=$k8s_version NODE_IMAGE=$node_image "$QS_ROOT/images/node/build.sh" >/dev/null
+  "$QS_ROOT/images/haproxy/build.sh" >/dev/null
   if [[ ! -x "$kubectl" ]]; then
     # the node image's kubectl, version-stamped by its build; the host may have none
     local id
@@ -374,7 +374,7 @@ up() {
   prerequisites
   controller_images
   step "management cluster"
-  QS_NAME=mgmt-cluster "$here/mgmt-cluster.sh" up
+  LOG_NAME=mgmt-cluster "$here/mgmt-cluster.sh" up
   init_providers
   create_cluster
   step "wait for 1 + $workers + $workers nodes Ready"
@@ -431,7 +431,7 @@ leftovers() {
 mgmt_answers() {
   [[ -x "$kubectl" ]] || return 1
   [[ "$(docker inspect -f '{{.State.Running}}' "$mgmt_name" 2>/dev/null)" == true ]] || return 1
-  QS_NAME=mgmt-cluster "$here/mgmt-cluster.sh" kubeconfig >/dev/null 2>&1 || return 1
+  LOG_NAME=mgmt-cluster "$here/mgmt-cluster.sh" kubeconfig >/dev/null 2>&1 || return 1
   local deadline=$((SECONDS + 60))
   until kmgmt get --raw /readyz --request-timeout=5s >/dev/null 2>&1; do
     ((SECONDS < deadline)) || return 1
@@ -487,7 +487,7 @@ down() {
     log "removing containers: $leaked"
     docker rm -f -v "${ids[@]}" >/dev/null
   fi
-  QS_NAME=mgmt-cluster "$here/mgmt-cluster.sh" down || true
+  LOG_NAME=mgmt-cluster "$here/mgmt-cluster.sh" down || true
   mapfile -t ids < <(docker network ls -q --filter "label=io.x-k8s.capct.cluster=$cluster")
   ((${#ids[@]} == 0)) || docker network rm "${ids[@]}" >/dev/null || true
   mapfile -t ids < <(docker volume ls -q --filter "label=io.x-k8s.capct.cluster=$cluster")
@@ -515,7 +515,7 @@ test_flow() {
   # that a CI machine does not keep clusters between runs.
   remove_on_failure=true
   up
-  qs_start=$SECONDS
+  script_start=$SECONDS
   step "scale MachineDeployment $cluster-md-0 2->3 and MachinePool $cluster-mp-0 2->1"
   kmgmt scale machinedeployment "$cluster-md-0" -n "$namespace" --replicas=3 >&2
   kmgmt scale machinepool "$cluster-mp-0" -n "$namespace" --replicas=1 >&2

@@ -38,7 +38,7 @@ export MGMT_NAME=${MGMT_NAME:-capct-rstest}
 export QUICKSTART_CLUSTER=${QUICKSTART_CLUSTER:-rstest}
 export QUICKSTART_OUT=${QUICKSTART_OUT:-$root/out/restart-test}
 export QUICKSTART_WORKERS=1
-export QS_NAME=restart-test
+export LOG_NAME=restart-test
 # shellcheck source=hack/quickstart/quickstart.sh
 source "$root/hack/quickstart/quickstart.sh"
 

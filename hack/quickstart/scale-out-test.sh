@@ -32,7 +32,7 @@ export MGMT_NAME=${MGMT_NAME:-capct-sotest}
 export QUICKSTART_CLUSTER=${QUICKSTART_CLUSTER:-sotest}
 export QUICKSTART_OUT=${QUICKSTART_OUT:-$root/out/scale-out-test}
 export QUICKSTART_WORKERS=0
-export QS_NAME=scale-out-test
+export LOG_NAME=scale-out-test
 # shellcheck source=hack/quickstart/quickstart.sh
 source "$root/hack/quickstart/quickstart.sh"
 

@@ -191,7 +191,7 @@ func (lb *LoadBalancer) sync(ctx context.Context, cluster *clusterv1.Cluster, cc
 	if err != nil {
 		return false, "", err
 	}
-	rendered, err := Render(custom, Config{
+	want, marker, err := Configuration(custom, Config{
 		FrontendPort: APIServerPort,
 		BackendPort:  APIServerPort,
 		// The same derivation as the network's, so that a dual-stack
@@ -202,7 +202,6 @@ func (lb *LoadBalancer) sync(ctx context.Context, cluster *clusterv1.Cluster, cc
 	if err != nil {
 		return false, "", &ReloadError{Reason: infrav1.LoadBalancerConfigInvalidReason, Err: err}
 	}
-	want, marker := withMarker(rendered)
 	have, err := lb.Runtime.ReadFile(ctx, name, ConfigPath)
 	if err != nil && !container.IsNotFound(err) {
 		return false, "", fmt.Errorf("failed to read the configuration of load balancer %s: %w", name, err)

@@ -91,6 +91,21 @@ func HTTPStats(ctx context.Context, m *container.Machine) ([]byte, error) {
 	return body, nil
 }
 
+// Configuration is what Sync writes into a load balancer for cfg: custom
+// (or the default template when it is empty) rendered by Render, with the
+// marker backend appended. marker is that backend's name, which HAProxy's
+// statistics list once it runs this configuration. The image's built-in
+// configuration and the node-image test take it from here too, so that
+// nothing else writes HAProxy configurations of its own.
+func Configuration(custom string, cfg Config) (config []byte, marker string, err error) {
+	rendered, err := Render(custom, cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	config, marker = withMarker(rendered)
+	return config, marker, nil
+}
+
 // withMarker appends to a rendered configuration an empty backend named
 // after the configuration's hash. HAProxy lists it in its statistics, so
 // they tell which configuration the running process loaded; a template

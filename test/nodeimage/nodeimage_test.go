@@ -1,10 +1,14 @@
 // Package nodeimage tests the offline node and load-balancer images that
-// hack/node-image/build-node-image.sh builds (docs/node-image.md): a node
-// container boots, `kubeadm init` makes it a Ready control plane with every
-// kube-system pod Running, a second node joins, and the HAProxy image
-// forwards to the API server and reloads on SIGHUP without dropping a
-// connection. The tests drive the docker CLI; they need a reachable Docker
-// engine and fail (never skip) without one.
+// images/node and images/haproxy build (docs/node-image.md) with the
+// configurations CAPCT gives real clusters (rendered_test.go says where each
+// comes from): the load balancer starts with its built-in configuration and
+// is reloaded with CAPCT's, a node container bootstrapped by CAPCT's
+// bootstrap with the default cluster template's kubeadm settings becomes a
+// Ready control plane with every kube-system pod Running behind that load
+// balancer, HAProxy reloads on SIGHUP without dropping a connection, and a
+// second node joins through the load balancer. The tests drive the docker
+// CLI; they need a reachable Docker engine and fail (never skip) without
+// one.
 package nodeimage
 
 import (
@@ -17,19 +21,23 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 )
 
-const (
-	testLabel = "io.capct.test=nodeimage"
-	podSubnet = "10.244.0.0/16"
-)
+const testLabel = "io.capct.test=nodeimage"
 
 var (
 	nodeImage string
@@ -47,7 +55,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "FAIL: building the node image: %v\n", err)
 		os.Exit(1)
 	}
-	if lbImage, err = buildImage("lb"); err != nil {
+	if lbImage, err = buildImage("haproxy"); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: building the LB image: %v\n", err)
 		os.Exit(1)
 	}
@@ -57,11 +65,17 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// buildImage runs the (cached) build script and returns the image it printed.
-func buildImage(what string) (string, error) {
+// testDir is this package's folder.
+func testDir() string {
 	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "hack", "node-image", "build-node-image.sh")
-	cmd := exec.Command("bash", script, what)
+	return filepath.Dir(file)
+}
+
+// buildImage runs the (cached) build script of images/<name> and returns
+// the image it printed.
+func buildImage(name string) (string, error) {
+	script := filepath.Join(repoRoot(), "images", name, "build.sh")
+	cmd := exec.Command("bash", script)
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = os.Stderr
@@ -77,21 +91,22 @@ func buildImage(what string) (string, error) {
 
 // docker runs the docker CLI and returns its trimmed stdout.
 func docker(args ...string) (string, error) {
-	return dockerIn(nil, args...)
+	out, err := dockerRaw(nil, args...)
+	return strings.TrimSpace(out), err
 }
 
-func dockerIn(stdin io.Reader, args ...string) (string, error) {
+// dockerRaw runs the docker CLI with stdin and returns its stdout as it is.
+func dockerRaw(stdin io.Reader, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "docker", args...)
 	cmd.Stdin = stdin
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if err != nil {
-		return strings.TrimSpace(stdout.String()), fmt.Errorf("docker %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("docker %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
 	}
-	return strings.TrimSpace(stdout.String()), nil
+	return stdout.String(), nil
 }
 
 func must(t *testing.T, args ...string) string {
@@ -109,10 +124,11 @@ func nodeExec(t *testing.T, node, script string) string {
 	return must(t, "exec", node, "bash", "-c", script)
 }
 
-func writeFile(t *testing.T, container, path, content string) {
+// writeFileMode writes a file into a container, creating its folder.
+func writeFileMode(t *testing.T, container, path, content string, mode os.FileMode) {
 	t.Helper()
-	if _, err := dockerIn(strings.NewReader(content), "exec", "-i", container, "sh", "-c",
-		fmt.Sprintf("mkdir -p %q && cat > %q", filepath.Dir(path), path)); err != nil {
+	if _, err := dockerRaw(strings.NewReader(content), "exec", "-i", container, "sh", "-c",
+		fmt.Sprintf("mkdir -p %q && cat > %q && chmod %o %q", filepath.Dir(path), path, mode.Perm(), path)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -188,49 +204,7 @@ func runNode(t *testing.T, network, name string) time.Time {
 	return started
 }
 
-// kubeadmConfig renders the settings CAPCT applies to a node.
-func kubeadmConfig(nodeIP, name string) string {
-	return fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
-kind: InitConfiguration
-localAPIEndpoint:
-  advertiseAddress: %[1]s
-  bindPort: 6443
-nodeRegistration:
-  name: %[2]s
-  criSocket: unix:///run/containerd/containerd.sock
-  kubeletExtraArgs:
-  - name: node-ip
-    value: %[1]s
-  ignorePreflightErrors:
-  - SystemVerification
-  - Swap
-  - FileContent--proc-sys-net-bridge-bridge-nf-call-iptables
----
-apiVersion: kubeadm.k8s.io/v1beta4
-kind: ClusterConfiguration
-kubernetesVersion: %[3]s
-clusterName: capct-nodeimage
-controlPlaneEndpoint: %[1]s:6443
-apiServer:
-  certSANs: [localhost, 127.0.0.1]
-networking:
-  podSubnet: %[4]s
-  serviceSubnet: 10.96.0.0/16
----
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-cgroupDriver: systemd
-cgroupRoot: /kubelet
-failSwapOn: false
-failCgroupV1: false
----
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-conntrack:
-  maxPerCore: 0
-`, nodeIP, name, kubernetesVersion(), podSubnet)
-}
-
+// kubernetesVersion is the node image's: its tag, as make node-image names it.
 func kubernetesVersion() string {
 	if i := strings.LastIndex(nodeImage, ":"); i >= 0 {
 		if v := nodeImage[i+1:]; strings.HasPrefix(v, "v") {
@@ -241,27 +215,6 @@ func kubernetesVersion() string {
 		return v
 	}
 	return "v1.35.4"
-}
-
-// cniConfig is a bridge + host-local network for one node's pod CIDR. In a
-// real cluster CAPCT writes the node's CNI config; the image ships plugins only.
-func cniConfig(nodeCIDR string) string {
-	return fmt.Sprintf(`{
-  "cniVersion": "1.0.0",
-  "name": "capct-test",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "cni0",
-      "isGateway": true,
-      "ipMasq": true,
-      "hairpinMode": true,
-      "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}
-    },
-    {"type": "portmap", "capabilities": {"portMappings": true}}
-  ]
-}
-`, nodeCIDR)
 }
 
 func containerIP(t *testing.T, name, network string) string {
@@ -310,29 +263,35 @@ func systemPodsReady(node string, want int) error {
 
 func TestNodeImage(t *testing.T) {
 	network := createNetwork(t)
-	cp := "capct-nodeimage-" + runID + "-cp"
+	prefix := "capct-nodeimage-" + runID
+	f := loadFlavor(t, "nodeimage-"+runID, kubernetesVersion())
+	pods := newPodNetwork(t, f)
 
-	// --- kubeadm init on the first node ---
+	// --- the load balancer first, as CAPCT creates it before any machine;
+	// its address is the cluster's control-plane endpoint ---
+	lb := startLB(t, network, prefix+"-lb")
+
+	// --- the first control-plane machine, bootstrapped behind it ---
+	cp := prefix + "-cp"
 	started := runNode(t, network, cp)
 	cpIP := containerIP(t, cp, network)
-	writeFile(t, cp, "/kind/kubeadm.conf", kubeadmConfig(cpIP, cp))
-	writeFile(t, cp, "/etc/cni/net.d/10-capct.conflist", cniConfig("10.244.0.0/24"))
+	lb.reload(t, loadbalancer.Backend{Name: cp, Address: cpIP, Weight: 100})
+	f.cluster.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: lb.ip, Port: loadbalancer.APIServerPort}
 	initStart := time.Now()
-	if out, err := docker("exec", cp, "kubeadm", "init", "--config=/kind/kubeadm.conf", "--skip-token-print", "--v=1"); err != nil {
-		t.Fatalf("kubeadm init: %v\n%s", err, out)
-	}
-	t.Logf("kubeadm init took %.0fs", time.Since(initStart).Seconds())
+	bootstrap(t, cp, f.initData(t))
+	t.Logf("bootstrap (kubeadm init) took %.0fs", time.Since(initStart).Seconds())
+	pods.add(t, cp, cpIP)
 	eventually(t, 3*time.Minute, cp+" Ready", func() error { return nodeReady(cp, cp) })
-	ready := time.Since(started)
-	t.Logf("docker run -> Node Ready: %.1fs", ready.Seconds())
+	t.Logf("docker run -> Node Ready: %.1fs", time.Since(started).Seconds())
 	// apiserver, controller-manager, scheduler, etcd, kube-proxy, 2x coredns
 	eventually(t, 3*time.Minute, "kube-system pods Running and Ready", func() error { return systemPodsReady(cp, 7) })
 	t.Logf("docker run -> all kube-system pods Running and Ready: %.1fs", time.Since(started).Seconds())
 
 	// CoreDNS got Ready by talking to the API through the kubernetes Service
 	// (pod -> Service); now reach CoreDNS through the kube-dns Service from the node.
+	kubernetesIP, dnsIP := f.serviceIP(t, 1), f.serviceIP(t, 10)
 	eventually(t, time.Minute, "kube-dns Service answers on TCP 53", func() error {
-		_, err := docker("exec", cp, "bash", "-c", "timeout 3 bash -c '</dev/tcp/10.96.0.10/53'")
+		_, err := docker("exec", cp, "bash", "-c", "timeout 3 bash -c '</dev/tcp/"+dnsIP+"/53'")
 		return err
 	})
 
@@ -340,30 +299,27 @@ func TestNodeImage(t *testing.T) {
 	// resolv.conf that names only the cluster DNS.
 	eventually(t, time.Minute, "cluster DNS resolves kubernetes.default", func() error {
 		out, err := docker("exec", cp, "unshare", "-m", "bash", "-c",
-			"echo 'nameserver 10.96.0.10' > /tmp/resolv.conf && mount --bind /tmp/resolv.conf /etc/resolv.conf && "+
-				"getent ahostsv4 kubernetes.default.svc.cluster.local")
+			"echo 'nameserver "+dnsIP+"' > /tmp/resolv.conf && mount --bind /tmp/resolv.conf /etc/resolv.conf && "+
+				"getent ahostsv4 kubernetes.default.svc."+f.cluster.Spec.ClusterNetwork.ServiceDomain)
 		if err != nil {
 			return err
 		}
-		if !strings.HasPrefix(out, "10.96.0.1 ") {
-			return fmt.Errorf("kubernetes.default.svc.cluster.local resolved to %q", out)
+		if !strings.HasPrefix(out, kubernetesIP+" ") {
+			return fmt.Errorf("kubernetes.default resolved to %q, want %s", out, kubernetesIP)
 		}
 		return nil
 	})
 
-	t.Run("lb", func(t *testing.T) { testLB(t, network, cpIP) })
+	t.Run("lb", func(t *testing.T) { testLB(t, lb, cp, cpIP) })
 
 	t.Run("join", func(t *testing.T) {
-		worker := "capct-nodeimage-" + runID + "-w"
+		worker := prefix + "-w"
 		wStarted := runNode(t, network, worker)
-		writeFile(t, worker, "/etc/cni/net.d/10-capct.conflist", cniConfig("10.244.1.0/24"))
-		join := nodeExec(t, cp, "kubeadm token create --print-join-command")
+		token, caCertHash := joinCredentials(t, cp)
 		joinStart := time.Now()
-		if out, err := docker("exec", worker, "bash", "-c", join+
-			" --ignore-preflight-errors=SystemVerification,Swap,FileContent--proc-sys-net-bridge-bridge-nf-call-iptables"); err != nil {
-			t.Fatalf("kubeadm join: %v\n%s", err, out)
-		}
-		t.Logf("kubeadm join took %.0fs", time.Since(joinStart).Seconds())
+		bootstrap(t, worker, f.joinData(t, token, caCertHash))
+		t.Logf("bootstrap (kubeadm join) took %.0fs", time.Since(joinStart).Seconds())
+		pods.add(t, worker, containerIP(t, worker, network))
 		eventually(t, 3*time.Minute, worker+" Ready", func() error { return nodeReady(cp, worker) })
 		t.Logf("docker run -> joined Node Ready: %.1fs", time.Since(wStarted).Seconds())
 		if err := nodeReady(cp, cp); err != nil {
@@ -374,53 +330,98 @@ func TestNodeImage(t *testing.T) {
 	})
 }
 
-// haproxyConfig renders the configuration CAPCT would write for one API server.
-func haproxyConfig(backend string, extra string) string {
-	return fmt.Sprintf(`global
-  log stdout format raw local0 info
-  stats socket /var/run/haproxy.sock mode 600 level admin expose-fd listeners
-
-defaults
-  log global
-  mode tcp
-  timeout connect 5s
-  timeout client 1h
-  timeout server 1h
-
-frontend control-plane
-  bind *:6443
-  default_backend kube-apiservers
-
-backend kube-apiservers
-  option httpchk GET /healthz
-  http-check expect status 200
-  server cp %s:6443 check check-ssl verify none inter 2s
-%s`, backend, extra)
+// joinCredentials asks the control plane for a bootstrap token and the hash
+// of its CA, the discovery the bootstrap provider gives a joining machine.
+func joinCredentials(t *testing.T, cp string) (token, caCertHash string) {
+	t.Helper()
+	fields := strings.Fields(nodeExec(t, cp, "kubeadm token create --print-join-command"))
+	for i := 0; i+1 < len(fields); i++ {
+		switch fields[i] {
+		case "--token":
+			token = fields[i+1]
+		case "--discovery-token-ca-cert-hash":
+			caCertHash = fields[i+1]
+		}
+	}
+	if token == "" || caCertHash == "" {
+		t.Fatalf("kubeadm printed no token or CA hash: %q", strings.Join(fields, " "))
+	}
+	return token, caCertHash
 }
 
-func testLB(t *testing.T, network, apiserverIP string) {
-	name := "capct-nodeimage-" + runID + "-lb"
+// haproxy is the load balancer container as the workload cluster's clients see it.
+type haproxy struct {
+	name, ip string
+	// hostPort is the API port published on 127.0.0.1, as CAPCT publishes it.
+	hostPort string
+}
 
-	// the image starts with its default configuration
+// startLB runs the LB image with its built-in configuration and checks
+// that it is what CAPCT renders for a cluster with no control-plane
+// machine, and that it serves it: the statistics list its marker and
+// :8404 answers health checks.
+func startLB(t *testing.T, network, name string) *haproxy {
+	t.Helper()
 	must(t, "run", "-d", "--name", name, "--label", testLabel, "--network", network,
 		"-p", "127.0.0.1::6443", lbImage)
 	removeOnCleanup(t, name, false)
-	eventually(t, 30*time.Second, "haproxy with its default config", func() error {
-		state, err := docker("inspect", "-f", "{{.State.Running}}", name)
-		if err != nil || state != "true" {
-			return fmt.Errorf("running=%q %v", state, err)
+	lb := &haproxy{name: name, ip: containerIP(t, name, network)}
+	lb.hostPort = strings.Split(must(t, "port", name, "6443/tcp"), "\n")[0]
+	want, marker, err := loadbalancer.Configuration("", loadbalancer.Config{FrontendPort: loadbalancer.APIServerPort, BackendPort: loadbalancer.APIServerPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if have, err := dockerRaw(nil, "exec", name, "cat", loadbalancer.ConfigPath); err != nil || have != string(want) {
+		t.Fatalf("%s starts with a configuration that is not CAPCT's for an empty cluster (%v); rebuild it with make lb-image:\n%s", lbImage, err, have)
+	}
+	lb.waitFor(t, marker)
+	return lb
+}
+
+// reload writes what CAPCT writes for these control-plane machines, signals
+// HAProxy as CAPCT does, and waits until it runs it and still answers
+// health checks.
+func (lb *haproxy) reload(t *testing.T, backends ...loadbalancer.Backend) {
+	t.Helper()
+	config, marker, err := loadbalancer.Configuration("", loadbalancer.Config{
+		FrontendPort: loadbalancer.APIServerPort, BackendPort: loadbalancer.APIServerPort, Backends: backends})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFileMode(t, lb.name, loadbalancer.ConfigPath, string(config), 0o644)
+	must(t, "kill", "-s", "HUP", lb.name)
+	lb.waitFor(t, marker)
+}
+
+// waitFor waits until HAProxy's statistics list the configuration's marker,
+// as CAPCT confirms a reload, and checks GET /healthz on the stats port.
+func (lb *haproxy) waitFor(t *testing.T, marker string) {
+	t.Helper()
+	m := &container.Machine{Name: lb.name, IPv4: netip.MustParseAddr(lb.ip)}
+	eventually(t, 30*time.Second, lb.name+" running configuration "+marker, func() error {
+		csv, err := loadbalancer.HTTPStats(context.Background(), m)
+		if err != nil {
+			return err
 		}
-		_, err = docker("exec", name, "bash", "-c", "timeout 2 bash -c '</dev/tcp/127.0.0.1/8404'")
-		return err
+		if !strings.Contains(string(csv), "\n"+marker+",BACKEND,") {
+			return fmt.Errorf("the statistics do not list %s", marker)
+		}
+		return nil
 	})
+	url := fmt.Sprintf("http://%s/healthz", net.JoinHostPort(lb.ip, strconv.Itoa(loadbalancer.StatsPort)))
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || string(body) != "ok" {
+		t.Fatalf("GET %s: %s %q", url, resp.Status, body)
+	}
+}
 
-	// render CAPCT's configuration and reload
-	writeFile(t, name, "/usr/local/etc/haproxy/haproxy.cfg", haproxyConfig(apiserverIP, ""))
-	must(t, "kill", "-s", "HUP", name)
-	hostPort := must(t, "port", name, "6443/tcp")
-	hostPort = strings.Split(hostPort, "\n")[0]
-	t.Logf("LB published at %s", hostPort)
-
+func testLB(t *testing.T, lb *haproxy, cp, cpIP string) {
+	t.Logf("LB published at %s", lb.hostPort)
 	tr := &http.Transport{
 		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true}, // the test only checks forwarding
 		MaxIdleConnsPerHost: 1,
@@ -433,11 +434,11 @@ func testLB(t *testing.T, network, apiserverIP string) {
 	}
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	get := func(path string) error {
-		resp, err := client.Get("https://" + hostPort + path)
+		resp, err := client.Get("https://" + lb.hostPort + path)
 		if err != nil {
 			return err
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		body, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("GET %s: %s %s", path, resp.Status, body)
@@ -450,14 +451,11 @@ func testLB(t *testing.T, network, apiserverIP string) {
 	}
 	before := conns
 
-	// reload with a changed configuration while the connection stays open
-	writeFile(t, name, "/usr/local/etc/haproxy/haproxy.cfg", haproxyConfig(apiserverIP,
-		"\nfrontend stats\n  mode http\n  bind *:8405\n  http-request return status 200 content-type text/plain string ok\n"))
-	must(t, "kill", "-s", "HUP", name)
-	eventually(t, 30*time.Second, "the reloaded haproxy on :8405", func() error {
-		_, err := docker("exec", name, "bash", "-c", "timeout 2 bash -c '</dev/tcp/127.0.0.1/8405'")
-		return err
-	})
+	// reload with a changed configuration while the connection stays open:
+	// a second member at weight 0, as a control-plane machine being deleted
+	// is kept while its connections drain
+	lb.reload(t, loadbalancer.Backend{Name: cp, Address: cpIP, Weight: 100},
+		loadbalancer.Backend{Name: cp + "-leaving", Address: cpIP, Weight: 0})
 	if err := get("/version"); err != nil {
 		t.Fatalf("kept-open connection after SIGHUP: %v", err)
 	}
@@ -469,7 +467,7 @@ func testLB(t *testing.T, network, apiserverIP string) {
 	if err := get("/healthz"); err != nil {
 		t.Fatalf("new connection after SIGHUP: %v", err)
 	}
-	if state := must(t, "inspect", "-f", "{{.State.Running}} {{.RestartCount}}", name); state != "true 0" {
+	if state := must(t, "inspect", "-f", "{{.State.Running}} {{.RestartCount}}", lb.name); state != "true 0" {
 		t.Fatalf("haproxy state after reload: %s", state)
 	}
 }

@@ -225,7 +225,7 @@ replace (
 
 tool k8s.io/kubernetes/cmd/kube-apiserver
 
-// The node image's binaries (hack/node-image/build-node-image.sh).
+// The node image's binaries (images/node/build.sh).
 tool (
 	k8s.io/kubernetes/cmd/kube-controller-manager
 	k8s.io/kubernetes/cmd/kube-proxy

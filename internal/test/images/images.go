@@ -18,14 +18,14 @@ import (
 )
 
 // LoadBalancer builds (or finds cached) capct/haproxy with
-// hack/node-image/build-node-image.sh and returns its reference.
+// images/haproxy/build.sh and returns its reference.
 func LoadBalancer() (string, error) {
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		return "", errors.New("failed to locate the images package source")
 	}
-	script := filepath.Join(filepath.Dir(file), "..", "..", "..", "hack", "node-image", "build-node-image.sh")
-	cmd := exec.Command(script, "lb")
+	script := filepath.Join(filepath.Dir(file), "..", "..", "..", "images", "haproxy", "build.sh")
+	cmd := exec.Command(script)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {

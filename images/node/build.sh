@@ -1,132 +1,54 @@
 #!/usr/bin/env bash
-# Builds CAPCT's offline images from source and Debian packages, with nothing
+# Builds CAPCT's node image from source and Debian packages, with nothing
 # pulled from any image registry:
 #
-#   build-node-image.sh node   ->  ${NODE_IMAGE:-capct/node:<kubernetes version>}
-#   build-node-image.sh lb     ->  ${LB_IMAGE:-capct/haproxy:<haproxy version>}
-#   build-node-image.sh rootfs ->  only the cached Debian root file systems
+#   images/node/build.sh         ->  ${NODE_IMAGE:-capct/node:<kubernetes version>}
+#   images/node/build.sh rootfs  ->  only the cached Debian root file systems
 #
 # stdout gets the built image's name and nothing else; progress goes to stderr.
-# docs/node-image.md describes what is in the images and how to boot a node.
+# docs/node-image.md describes what is in the image and how to boot a node.
 # Every step is cached under ${CAPCT_CACHE:-~/.cache/capct}/node-image (Go's
 # build cache, rootfs tarballs keyed by their package lists, binaries and
 # images keyed by version and a hash of their inputs); each step prints how
 # long it took. When nothing changed the script returns in a second or two.
 #
-# Environment:
+# The image: Dockerfile and files/ here; the control-plane images it
+# preloads are built here too (FROM scratch), but for the pod sandbox's,
+# which images/pause builds.
+#
+# Environment (and images/lib.sh's):
 #   KUBERNETES_VERSION  must equal the k8s.io/kubernetes version that
 #                       hack/tools/kubernetes/go.mod pins (default: that pin)
-#   NODE_IMAGE, LB_IMAGE  the tags to produce
-#   DEBIAN_MIRROR       default: the mirror this machine's apt uses
-#   DEBIAN_SUITE        default: bookworm
+#   NODE_IMAGE          the tag to produce
 #   KIND_VERSION        sigs.k8s.io/kind module whose node boot files are used (v0.33.0)
-#   FORCE=1             rebuild the final image even if its inputs are unchanged
 set -euo pipefail
+log_name=node-image
+# shellcheck source=images/lib.sh
+source "$(dirname "$0")/../lib.sh"
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-here="$root/hack/node-image"
-cache_root=${CAPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capct}
-cache="$cache_root/node-image"
-mkdir -p "$cache"/{rootfs,bin,images,ctx,tmp}
-export DOCKER_BUILDKIT=0 # the legacy builder uses local base images and is always there
-
-suite=${DEBIAN_SUITE:-bookworm}
-script_start=$SECONDS
-step_start=$SECONDS
-step_name=""
-
-log() { echo "build-node-image: $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-step() { # step NAME: starts timing a step (ending the previous one)
-  end_step
-  step_name=$1
-  step_start=$SECONDS
-  log "==> $step_name"
-}
-end_step() {
-  if [[ -n "$step_name" ]]; then
-    log "<== $step_name: $((SECONDS - step_start))s"
-    step_name=""
-  fi
-}
-hash_of() { sha256sum | cut -c1-16; }
-# dbuild ARGS...: docker build, quiet unless it fails
-dbuild() {
-  local out
-  if ! out=$(docker build -q "$@" 2>&1); then
-    echo "$out" >&2
-    die "docker build $* failed"
-  fi
-}
-# prune DIR GLOB KEEP: removes older cache entries of one kind
-prune() {
-  local f
-  for f in "$1"/$2; do
-    [[ -e "$f" && "$f" != "$3" ]] && rm -rf "$f"
-  done
-  return 0
-}
-# drop_previous ID TAG: removes the image TAG pointed to before a rebuild, if
-# nothing else uses it (a running node keeps it)
-drop_previous() {
-  [[ -n "$1" && "$1" != "$(docker image inspect -f '{{.Id}}' "$2" 2>/dev/null)" ]] || return 0
-  docker rmi "$1" >/dev/null 2>&1 || true
-}
-image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
-image_label() { docker image inspect -f "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true; }
-
-docker info >/dev/null 2>&1 || die "Docker is unreachable (run hack/ensure-docker.sh)"
+here="$root/images/node"
+pause_dir="$root/images/pause"
 
 # ---------------------------------------------------------------------------
 # Versions
 # ---------------------------------------------------------------------------
-kube_tools="$root/hack/tools/kubernetes"
-etcd_tools="$root/hack/tools/etcd"
-coredns_tools="$root/hack/tools/coredns"
-pause_tools="$root/hack/tools/pause"
+kube_tools="$CAPCT_TOOLS/kubernetes"
+etcd_tools="$CAPCT_TOOLS/etcd"
+coredns_tools="$CAPCT_TOOLS/coredns"
 
-module_version() { # module_version DIR MODULE
-  awk -v m="$2" '$1 == m && $2 ~ /^v/ { print $2; exit }' "$1/go.mod"
-}
-pinned_kube=$(module_version "$kube_tools" k8s.io/kubernetes)
+pinned_kube=$(tool_version kubernetes k8s.io/kubernetes)
 KUBERNETES_VERSION=${KUBERNETES_VERSION:-$pinned_kube}
 if [[ "$KUBERNETES_VERSION" != "$pinned_kube" ]]; then
   die "KUBERNETES_VERSION=$KUBERNETES_VERSION but hack/tools/kubernetes pins k8s.io/kubernetes $pinned_kube.
 Binaries are built from that module: change its pin (and the staging modules' replace lines to v0.${KUBERNETES_VERSION#v1.}) to pick another version. See docs/node-image.md."
 fi
-etcd_version=$(module_version "$etcd_tools" go.etcd.io/etcd/server/v3)
-coredns_version=$(module_version "$coredns_tools" github.com/coredns/coredns)
-go_version=$(go env GOVERSION)
+etcd_version=$(tool_version etcd go.etcd.io/etcd/server/v3)
+coredns_version=$(tool_version coredns github.com/coredns/coredns)
 # kind's node boot files (entrypoint, systemd units) are taken from this module
 kind_version=${KIND_VERSION:-v0.33.0}
 
 # ---------------------------------------------------------------------------
-# Debian mirror
-# ---------------------------------------------------------------------------
-find_mirror() {
-  local f uri
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [[ -f "$f" ]] || continue
-    # deb822: take the URIs of a stanza whose Suites name the wanted suite
-    uri=$(awk -v s="$suite" '
-      /^[[:space:]]*$/ { if (u != "" && ok) { print u; exit } u=""; ok=0; next }
-      tolower($1) == "uris:" { u=$2 }
-      tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == s) ok=1 }
-      END { if (u != "" && ok) print u }' "$f" | head -n1)
-    [[ -n "$uri" ]] && { echo "$uri"; return; }
-  done
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [[ -f "$f" ]] || continue
-    uri=$(awk -v s="$suite" '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i ~ /:\/\//) { if ($(i+1) == s) { print $i; exit } break } }' "$f")
-    [[ -n "$uri" ]] && { echo "$uri"; return; }
-  done
-  echo "http://deb.debian.org/debian"
-}
-mirror=${DEBIAN_MIRROR:-$(find_mirror)}
-
-# ---------------------------------------------------------------------------
-# Rootfs images: debootstrap --variant=minbase, cached as a tarball keyed by
-# the suite, mirror and package list, imported as capct/rootfs:<name>-<key>.
+# Rootfs images (images/lib.sh builds them)
 # ---------------------------------------------------------------------------
 node_packages=(
   systemd
@@ -135,56 +57,10 @@ node_packages=(
   util-linux mount procps ca-certificates libseccomp2 bash
 )
 proxy_packages=(iptables conntrack kmod ipset)
-lb_packages=(haproxy ca-certificates)
-
-# rootfs_image NAME PACKAGES... -> prints the image name
-rootfs_image() {
-  local name=$1; shift
-  local key image tarball
-  key=$( { echo "$suite $mirror"; printf '%s\n' "$@"; declare -f rootfs_postprocess; } | hash_of)
-  image="capct/rootfs:$name-$key"
-  tarball="$cache/rootfs/$name-$key.tar"
-  if image_exists "$image"; then
-    echo "$image"; return
-  fi
-  if [[ ! -s "$tarball" ]]; then
-    command -v debootstrap >/dev/null || {
-      log "installing debootstrap"
-      apt-get update -qq >/dev/null
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-    }
-    local dir="$cache/tmp/rootfs-$name"
-    rm -rf "$dir"; mkdir -p "$dir" "$cache/debs"
-    log "debootstrap $suite ($name) from $mirror"
-    local include
-    include=$(IFS=,; echo "$*")
-    debootstrap --variant=minbase --cache-dir="$cache/debs" --include="$include" \
-      "$suite" "$dir" "$mirror" > "$cache/tmp/debootstrap-$name.log" 2>&1 \
-      || { tail -n 30 "$cache/tmp/debootstrap-$name.log" >&2; die "debootstrap failed"; }
-    rootfs_postprocess "$dir"
-    tar --numeric-owner --xattrs -C "$dir" -cf "$tarball.tmp" .
-    mv "$tarball.tmp" "$tarball"
-    rm -rf "$dir"
-    prune "$cache/rootfs" "$name-*.tar" "$tarball"
-  fi
-  docker import "$tarball" "$image" >/dev/null
-  echo "$image"
-}
-
-rootfs_postprocess() {
-  local dir=$1
-  # apt sources as seen from inside; no package lists, caches, docs or man pages
-  rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/* "$dir"/var/cache/debconf/*-old \
-    "$dir"/usr/share/doc/* "$dir"/usr/share/man/* "$dir"/usr/share/info/* "$dir"/var/log/*.log \
-    "$dir"/var/log/apt/* "$dir"/var/lib/dpkg/*-old
-  # the host's files leak in through debootstrap
-  : > "$dir/etc/hostname"
-  rm -f "$dir/etc/resolv.conf" "$dir/etc/machine-id" "$dir/var/lib/dbus/machine-id"
-  : > "$dir/etc/machine-id"
-}
 
 # ---------------------------------------------------------------------------
-# Go binaries, cached by version and a hash of their inputs
+# Kubernetes binaries, cached by version and a hash of their inputs, and
+# images FROM scratch for the control plane's
 # ---------------------------------------------------------------------------
 kube_ldflags() {
   local v=$KUBERNETES_VERSION minor commit date p flags="-s -w"
@@ -217,23 +93,6 @@ build_kube_binaries() { # prints the folder
   echo "$out"
 }
 
-build_tool() { # build_tool NAME DIR PACKAGE -> prints the binary
-  local name=$1 dir=$2 pkg=$3 key out
-  key=$( { echo "$go_version $pkg"; cat "$dir"/go.mod "$dir"/go.sum 2>/dev/null; cat "$dir"/*.go 2>/dev/null || true; } | hash_of)
-  out="$cache/bin/$name-$key/$name"
-  if [[ ! -x "$out" ]]; then
-    log "go build $pkg"
-    mkdir -p "$(dirname "$out")"
-    (cd "$dir" && CGO_ENABLED=0 go build -ldflags "-s -w" -o "$out.tmp" "$pkg")
-    mv "$out.tmp" "$out"
-    prune "$cache/bin" "$name-*" "$(dirname "$out")"
-  fi
-  echo "$out"
-}
-
-# ---------------------------------------------------------------------------
-# The images kubeadm runs, tagged as `kubeadm config images list` prints them
-# ---------------------------------------------------------------------------
 # scratch_image TAG BINARY [USER] -> builds TAG from scratch with BINARY in /usr/local/bin
 scratch_image() {
   local tag=$1 bin=$2 user=${3:-} ctx
@@ -251,7 +110,8 @@ scratch_image() {
 }
 
 # ---------------------------------------------------------------------------
-# node
+# The node image, with the images kubeadm runs preloaded, tagged as
+# `kubeadm config images list` prints them
 # ---------------------------------------------------------------------------
 build_node() {
   local node_image=${NODE_IMAGE:-capct/node:$KUBERNETES_VERSION}
@@ -264,8 +124,9 @@ build_node() {
   inputs=$( {
     echo "$KUBERNETES_VERSION $etcd_version $coredns_version $go_version $suite $mirror $node_image $kind_version"
     printf '%s\n' "${node_packages[@]}" "${proxy_packages[@]}"
-    cat "$0" "$here/Dockerfile.node" "$here/files/containerd-config.toml" "$here/files/kube-proxy-wrapper"
-    for d in "$kube_tools" "$etcd_tools" "$coredns_tools" "$pause_tools"; do cat "$d"/go.mod "$d"/go.sum "$d"/*.go 2>/dev/null || true; done
+    cat "$0" "${image_libs[@]}" "$here/Dockerfile" "$here/files/containerd-config.toml" "$here/files/kube-proxy-wrapper"
+    cat "$pause_dir/build.sh" "$pause_dir/Dockerfile"
+    for d in "$kube_tools" "$etcd_tools" "$coredns_tools" "$pause_dir"; do cat "$d"/go.mod "$d"/go.sum "$d"/*.go 2>/dev/null || true; done
     (cd "$kind_dir/images/base/files" && find . -type f | sort | xargs cat)
   } | hash_of)
   if [[ -z "${FORCE:-}" ]] && [[ "$(image_label "$node_image" io.capct.node-image.inputs)" == "$inputs" ]]; then
@@ -303,7 +164,7 @@ build_node() {
 
   step "pause"
   local pause_bin
-  pause_bin=$(build_tool pause "$pause_tools" .)
+  pause_bin=$("$pause_dir/build.sh" binary)
 
   step "wait for the rootfs images"
   wait "$rootfs_pid" || die "building the root file systems failed"
@@ -336,6 +197,7 @@ build_node() {
     sha256sum "$kbin"/kube-* "$etcd_bin" "$coredns_bin" "$pause_bin"
     echo "$proxy_rootfs"; cat "$here/files/kube-proxy-wrapper"
     declare -f scratch_image build_proxy_image preload_images
+    cat "$pause_dir/build.sh" "$pause_dir/Dockerfile"
   } | hash_of)
   images_tar="$cache/images/containerd-$KUBERNETES_VERSION-$images_key.tar"
   if [[ ! -s "$images_tar" ]]; then
@@ -344,7 +206,7 @@ build_node() {
       scratch_image "${want[$b]}" "$kbin/$b"
     done
     scratch_image "${want[etcd]}" "$etcd_bin"
-    scratch_image "${want[pause]}" "$pause_bin" 65535:65535
+    "$pause_dir/build.sh" image "${want[pause]}" >/dev/null
     scratch_image "${want[coredns]}" "$coredns_bin" 65532:65532
     build_proxy_image "${want[kube-proxy]}" "$kbin/kube-proxy" "$proxy_rootfs"
     log "images: ${want[*]}"
@@ -365,7 +227,7 @@ build_node() {
   cp "$here"/files/containerd-config.toml "$ctx/etc/"
   ln "$images_tar" "$ctx/containerd-images.tar" 2>/dev/null || cp "$images_tar" "$ctx/containerd-images.tar"
   sed -e "s|@ROOTFS@|$node_rootfs|" -e "s|@INPUTS@|$inputs|" \
-    -e "s|@KUBERNETES_VERSION@|$KUBERNETES_VERSION|" "$here/Dockerfile.node" > "$ctx/Dockerfile"
+    -e "s|@KUBERNETES_VERSION@|$KUBERNETES_VERSION|" "$here/Dockerfile" > "$ctx/Dockerfile"
   local previous
   previous=$(docker image inspect -f '{{.Id}}' "$node_image" 2>/dev/null || true)
   dbuild -t "$node_image" "$ctx"
@@ -426,45 +288,12 @@ EOF
   rm -rf "$work"
 }
 
-# ---------------------------------------------------------------------------
-# lb
-# ---------------------------------------------------------------------------
-build_lb() {
-  step "rootfs: haproxy (debootstrap $suite, 0.5-1 min cold)"
-  local lb_rootfs version lb_image inputs
-  lb_rootfs=$(rootfs_image haproxy "${lb_packages[@]}")
-  version=$(docker run --rm --network none --entrypoint haproxy "$lb_rootfs" -v | sed -n 's/^HAProxy version \([0-9]*\.[0-9]*\).*/\1/p')
-  [[ -n "$version" ]] || die "cannot tell the haproxy version of $lb_rootfs"
-  lb_image=${LB_IMAGE:-capct/haproxy:$version}
-  inputs=$( { echo "$lb_rootfs $lb_image"; cat "$here/Dockerfile.haproxy" "$here/files/haproxy.cfg"; } | hash_of)
-  if [[ -z "${FORCE:-}" ]] && [[ "$(image_label "$lb_image" io.capct.node-image.inputs)" == "$inputs" ]]; then
-    end_step
-    log "$lb_image is up to date; total $((SECONDS - script_start))s"
-    echo "$lb_image"; return
-  fi
-  step "lb image $lb_image"
-  local ctx="$cache/ctx/haproxy"
-  rm -rf "$ctx"; mkdir -p "$ctx"
-  cp "$here/files/haproxy.cfg" "$ctx/"
-  sed -e "s|@ROOTFS@|$lb_rootfs|" -e "s|@INPUTS@|$inputs|" "$here/Dockerfile.haproxy" > "$ctx/Dockerfile"
-  local previous
-  previous=$(docker image inspect -f '{{.Id}}' "$lb_image" 2>/dev/null || true)
-  dbuild -t "$lb_image" "$ctx"
-  drop_previous "$previous" "$lb_image"
-  rm -rf "$ctx"
-  end_step
-  log "built $lb_image in $((SECONDS - script_start))s"
-  echo "$lb_image"
-}
-
-case "${1:-node}" in
-  node) build_node ;;
-  lb) build_lb ;;
+case "${1:-image}" in
+  image) build_node ;;
   rootfs) # only the cached Debian rootfs images (warms the cache)
     step "rootfs images"
     rootfs_image node "${node_packages[@]}"
     rootfs_image kube-proxy "${proxy_packages[@]}"
-    rootfs_image haproxy "${lb_packages[@]}"
     end_step ;;
-  *) die "usage: $0 node|lb|rootfs" ;;
+  *) die "usage: $0 [image|rootfs]" ;;
 esac

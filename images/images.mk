@@ -1,0 +1,28 @@
+# CAPCT's images, built offline (docs/node-image.md): the node, the
+# control plane's load balancer, and the pod sandbox the node preloads.
+# Included by the repository's Makefile (include images/images.mk); paths
+# are relative to this file, so it also works with `make -f`.
+
+IMAGES_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
+IMAGES_ROOT := $(abspath $(IMAGES_DIR)/..)
+
+# The Kubernetes version must equal the k8s.io/kubernetes pin of
+# hack/tools/kubernetes/go.mod: the binaries are built from that module.
+NODE_KUBERNETES_VERSION ?= v1.35.4
+NODE_IMAGE ?= capct/node:$(NODE_KUBERNETES_VERSION)
+# Empty: capct/haproxy:<major.minor of Debian's haproxy>, e.g. capct/haproxy:2.6
+LB_IMAGE ?=
+NODE_IMAGE_TEST_TIMEOUT ?= 30m
+
+.PHONY: node-image lb-image test-node-image
+
+node-image: ## Build the node image capct/node:<kubernetes version> from source, offline (images/node)
+	KUBERNETES_VERSION=$(NODE_KUBERNETES_VERSION) NODE_IMAGE=$(NODE_IMAGE) \
+		$(IMAGES_ROOT)/images/node/build.sh
+
+lb-image: ## Build the load-balancer image capct/haproxy:<haproxy version>, offline (images/haproxy)
+	LB_IMAGE=$(LB_IMAGE) $(IMAGES_ROOT)/images/haproxy/build.sh
+
+test-node-image: node-image lb-image ## Boot a cluster of node images behind the LB image, with the configurations CAPCT renders (needs Docker)
+	cd $(IMAGES_ROOT) && NODE_IMAGE=$(NODE_IMAGE) LB_IMAGE=$(LB_IMAGE) \
+		go test ./test/nodeimage/... -count=1 -v -timeout $(NODE_IMAGE_TEST_TIMEOUT)
