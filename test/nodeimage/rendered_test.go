@@ -24,6 +24,7 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/ipam"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
+	"github.com/capct/cluster-api-provider-container/internal/podnetwork"
 	"github.com/capct/cluster-api-provider-container/internal/provisioning"
 )
 
@@ -243,7 +244,7 @@ func bootstrap(t *testing.T, node string, data []byte) {
 type podNetwork struct {
 	cfg   ipam.Config
 	alloc *ipam.Allocator
-	nodes []nodeipam.Node
+	nodes []podnetwork.Node
 }
 
 func newPodNetwork(t *testing.T, f flavor) *podNetwork {
@@ -260,27 +261,26 @@ func newPodNetwork(t *testing.T, f flavor) *podNetwork {
 }
 
 // add gives a node its pod CIDRs and CNI configuration, then brings every
-// node's routes and masquerade rule up to date, as CAPCT's Initialization
-// phase does for a new machine.
+// node's routes and masquerade rule up to date with the commands CAPCT's
+// pod network sync runs (podnetwork.Syncer, which needs the runtime's
+// owner labels these docker-CLI nodes do not carry).
 func (p *podNetwork) add(t *testing.T, name, address string) {
 	t.Helper()
 	cidrs, err := p.alloc.Allocate(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf, err := nodeipam.CNIConfig(cidrs)
+	conf, err := podnetwork.CNIConfig(cidrs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFileMode(t, name, nodeipam.CNIConfigPath, string(conf), 0o644)
-	p.nodes = append(p.nodes, nodeipam.Node{Name: name, IPv4: netip.MustParseAddr(address), PodCIDRs: cidrs})
-	routes := nodeipam.DesiredRoutes(p.nodes)
+	writeFileMode(t, name, podnetwork.CNIConfigPath, string(conf), 0o644)
+	p.nodes = append(p.nodes, podnetwork.Node{Name: name, IPv4: netip.MustParseAddr(address), PodCIDRs: cidrs})
+	routes := podnetwork.DesiredRoutes(p.nodes)
 	for _, n := range p.nodes {
-		if cmd := nodeipam.MasqueradeCommand(n.PodCIDRs, p.cfg.ClusterCIDRs); cmd != nil {
+		current := podnetwork.ParseRoutes(must(t, append([]string{"exec", n.Name}, podnetwork.ProbeCommand(n.PodCIDRs, p.cfg.ClusterCIDRs)...)...))
+		if cmd := podnetwork.ApplyCommand(podnetwork.DiffRoutes(current, routes[n.Name], p.cfg.ClusterCIDRs)); cmd != nil {
 			must(t, append([]string{"exec", n.Name}, cmd...)...)
-		}
-		for _, r := range routes[n.Name] {
-			must(t, append([]string{"exec", n.Name}, r.Command("replace")...)...)
 		}
 	}
 }
