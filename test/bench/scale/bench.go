@@ -36,11 +36,11 @@ import (
 
 // User agents: the counter tells the two managers apart by them.
 const (
-	capctAgent   = "capct-manager"
-	capiAgent    = "capi-manager"
-	driverAgent  = "bench-driver"
-	nodeImage    = "capct/node:v1.35.4"
-	version      = "v1.35.4"
+	capctAgent  = "capct-manager"
+	capiAgent   = "capi-manager"
+	driverAgent = "bench-driver"
+	nodeImage   = "capct/node:v1.35.4"
+	version     = "v1.35.4"
 )
 
 const bootstrapData = `#cloud-config

@@ -10,10 +10,10 @@ import (
 	"net/url"
 	"strings"
 
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 )
 
 // clusterLabel marks each simulated Node with its cluster. All workload
