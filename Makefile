@@ -82,6 +82,24 @@ bench: ## Run the Go benchmarks (IPAM allocator, runtime seam overhead)
 	hack/ensure-docker.sh
 	go test -run='^$$' -bench=. -benchmem ./internal/ipam ./internal/container/...
 
+# make bench-scale: one run per count, each its own process (its own peak
+# RSS) against its own envtest API server, bounded by BENCH_SCALE_TIMEOUT.
+BENCH_SCALE_COUNTS ?= 100 300 1000
+BENCH_SCALE_CLUSTERS ?= 10
+BENCH_SCALE_TIMEOUT ?= 9m
+
+.PHONY: bench-scale
+bench-scale: ## CAPCT's and Cluster API's reconcilers on envtest with the fake engine: BENCH_SCALE_COUNTS machines over 10 clusters; out/bench/scale.json and profiles
+	mkdir -p out/bench
+	rm -f out/bench/scale.json
+	go build -o bin/bench-scale ./test/bench/scale
+	assets="$$(hack/ensure-envtest.sh)"; \
+	for n in $(BENCH_SCALE_COUNTS); do \
+		echo "== $$n machines (controller logs: out/bench/scale-$$n.log)"; \
+		KUBEBUILDER_ASSETS="$$assets" bin/bench-scale -machines $$n -clusters $(BENCH_SCALE_CLUSTERS) \
+			-timeout $(BENCH_SCALE_TIMEOUT) -out out/bench 2>out/bench/scale-$$n.log || exit 1; \
+	done
+
 include hack/release.mk
 include hack/node-image/images.mk
 include hack/quickstart.mk
