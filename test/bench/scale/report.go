@@ -52,7 +52,12 @@ type result struct {
 	RequestsPerMachine map[string]float64 `json:"requestsPerMachine"`
 	// NodeCommands are the Execs in node containers (bootstrap and the pod
 	// network) on the fake engine.
-	NodeCommands     int      `json:"nodeCommands"`
+	NodeCommands int `json:"nodeCommands"`
+	// BaselineHeapMiB and BaselineRSSMiB are the live heap (after a
+	// collection) and the resident set once the manager runs, before the
+	// first object is created.
+	BaselineHeapMiB  float64  `json:"baselineHeapMiB"`
+	BaselineRSSMiB   float64  `json:"baselineRSSMiB"`
 	PeakHeapMiB      float64  `json:"peakHeapMiB"`
 	PeakHeapInuseMiB float64  `json:"peakHeapInuseMiB"`
 	PeakGoSysMiB     float64  `json:"peakGoSysMiB"`
@@ -170,12 +175,12 @@ func merge(path string, r *result) ([]*result, error) {
 // provisioned divided by the count, flat when time grows linearly.
 func printTable(w io.Writer, all []*result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "machines\tprovisioned s\tms/machine\tinitialized s\tready s\tRunning s\tCAPCT rec/s\tCAPCT req/machine\tCAPCT writes/machine\tworkload req/machine\tCAPI req/machine\tpeak heap MiB\tpeak RSS MiB\t")
+	fmt.Fprintln(tw, "machines\tprovisioned s\tms/machine\tinitialized s\tready s\tRunning s\tCAPCT rec/s\tCAPCT req/machine\tCAPCT writes/machine\tworkload req/machine\tCAPI req/machine\tpeak heap MiB\tbase RSS MiB\tpeak RSS MiB\t")
 	for _, r := range all {
-		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t\n", r.Machines,
+		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t\n", r.Machines,
 			r.Seconds["provisioned"], 1000*r.Seconds["provisioned"]/float64(r.Machines), r.Seconds["initialized"], r.Seconds["ready"],
 			r.Seconds["machinesRunning"], r.ReconcilesPerSecond["capct"], r.RequestsPerMachine["capct"], r.RequestsPerMachine["capctWrites"],
-			r.RequestsPerMachine["capctWorkload"], r.RequestsPerMachine["clusterAPI"], r.PeakHeapMiB, r.PeakRSSMiB)
+			r.RequestsPerMachine["capctWorkload"], r.RequestsPerMachine["clusterAPI"], r.PeakHeapMiB, r.BaselineRSSMiB, r.PeakRSSMiB)
 	}
 	_ = tw.Flush()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -15,6 +16,9 @@ import (
 type requestCounter struct {
 	mu     sync.Mutex
 	counts map[requestKey]int
+	// bytes are the response bytes read per key, as the client read them
+	// (compressed when the server compressed them).
+	bytes map[requestKey]int64
 }
 
 type requestKey struct {
@@ -24,20 +28,41 @@ type requestKey struct {
 }
 
 func newRequestCounter() *requestCounter {
-	return &requestCounter{counts: map[requestKey]int{}}
+	return &requestCounter{counts: map[requestKey]int{}, bytes: map[requestKey]int64{}}
 }
 
 // wrap is a transport.WrapperFunc.
 func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		c.add("", req.Header.Get("User-Agent"), req.Method, req.URL)
-		return rt.RoundTrip(req)
+		k := c.add("", req.Header.Get("User-Agent"), req.Method, req.URL)
+		resp, err := rt.RoundTrip(req)
+		if err == nil && resp.Body != nil {
+			resp.Body = &countingBody{ReadCloser: resp.Body, c: c, k: k}
+		}
+		return resp, err
 	})
+}
+
+// countingBody adds what is read of a response to its key's bytes.
+type countingBody struct {
+	io.ReadCloser
+	c *requestCounter
+	k requestKey
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.c.mu.Lock()
+		b.c.bytes[b.k] += int64(n)
+		b.c.mu.Unlock()
+	}
+	return n, err
 }
 
 // add counts one request; prefix tells the workload clusters' requests
 // from the management cluster's.
-func (c *requestCounter) add(prefix, agent, method string, u *url.URL) {
+func (c *requestCounter) add(prefix, agent, method string, u *url.URL) requestKey {
 	res, collection := resource(u.Path)
 	v := verb(method, u)
 	if v == "get" && collection {
@@ -47,6 +72,7 @@ func (c *requestCounter) add(prefix, agent, method string, u *url.URL) {
 	c.mu.Lock()
 	c.counts[k]++
 	c.mu.Unlock()
+	return k
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
@@ -107,12 +133,22 @@ type requestStats struct {
 	Writes int `json:"writes"`
 	// ByVerbResource is "verb resource" → count, for the analysis.
 	ByVerbResource map[string]int `json:"byVerbResource"`
+	// ResponseMiB are the response bytes read (management cluster only),
+	// and by "verb resource".
+	ResponseMiB               float64            `json:"responseMiB"`
+	ResponseMiBByVerbResource map[string]float64 `json:"responseMiBByVerbResource"`
 }
 
 func (c *requestCounter) stats(agent string) requestStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := requestStats{ByVerbResource: map[string]int{}}
+	s := requestStats{ByVerbResource: map[string]int{}, ResponseMiBByVerbResource: map[string]float64{}}
+	for k, n := range c.bytes {
+		if strings.HasPrefix(k.Agent, agent) {
+			s.ResponseMiB += float64(n) / mib
+			s.ResponseMiBByVerbResource[k.Verb+" "+k.Resource] += float64(n) / mib
+		}
+	}
 	for k, n := range c.counts {
 		if !strings.HasPrefix(k.Agent, agent) {
 			continue
