@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	capicontrollers "sigs.k8s.io/cluster-api/controllers"
@@ -78,6 +79,9 @@ func newBench(ctx context.Context, o options) (*bench, error) {
 		Config: func(c *rest.Config) { managerConfig(c, capctAgent, 100, 200, b.requests) },
 		Manager: func(mo *ctrl.Options) {
 			mo.Cache.ByObject = map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: labels.NewSelector().Add(*clusterSecret)}}
+			if o.stripManagedFields {
+				mo.Cache.DefaultTransform = cache.TransformStripManagedFields()
+			}
 		},
 	})
 	if err != nil {
@@ -185,8 +189,13 @@ func (b *bench) setupCAPCT(ctx context.Context, mgr ctrl.Manager) error {
 	if err != nil {
 		return fmt.Errorf("failed to create the Secret caching client: %w", err)
 	}
+	var transform toolscache.TransformFunc
+	if b.o.stripManagedFields {
+		transform = cache.TransformStripManagedFields()
+	}
 	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
 		SecretClient: secrets,
+		Cache:        clustercache.CacheOptions{DefaultTransform: transform},
 		Client: clustercache.ClientOptions{QPS: 20, Burst: 30, UserAgent: capctAgent,
 			Cache: clustercache.ClientCacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}}},
 	}, controller.Options{MaxConcurrentReconciles: 100, SkipNameValidation: ptr.To(true)})

@@ -39,6 +39,8 @@ func main() {
 	flag.IntVar(&o.clusters, "clusters", 10, "clusters to spread the machines over")
 	flag.DurationVar(&o.timeout, "timeout", 9*time.Minute, "bound of the whole run; the run fails when the machines are not all Ready by then")
 	flag.StringVar(&o.out, "out", "out/bench", "directory for scale.json and the profiles")
+	flag.BoolVar(&o.stripManagedFields, "strip-managed-fields", true,
+		"drop metadata.managedFields from the objects in the manager's cache and CAPCT's ClusterCache, as main.go does; false measures what that saves")
 	flag.IntVar(&o.maxConcurrentBootstraps, "max-concurrent-bootstraps", lifecycle.DefaultMaxConcurrentBootstraps,
 		"the manager's --max-concurrent-bootstraps (0: no limit)")
 	klog.InitFlags(nil)
@@ -62,6 +64,7 @@ type options struct {
 	out                string
 
 	maxConcurrentBootstraps int
+	stripManagedFields      bool
 }
 
 func run(o options) error {

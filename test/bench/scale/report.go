@@ -32,6 +32,8 @@ type result struct {
 	LoadAverage [2]string `json:"loadAverage"`
 	// MaxConcurrentBootstraps is the manager's --max-concurrent-bootstraps.
 	MaxConcurrentBootstraps int `json:"maxConcurrentBootstraps"`
+	// StripManagedFields: the caches dropped metadata.managedFields.
+	StripManagedFields bool `json:"stripManagedFields"`
 	// Seconds from the first object's creation: created (all objects
 	// written), provisioned, initialized, ready (every ContainerMachine),
 	// machinesRunning (every Cluster API Machine).
@@ -71,7 +73,7 @@ func newResult(o options) *result {
 	return &result{
 		Machines: o.machines, Clusters: o.clusters, Date: time.Now().UTC().Format(time.RFC3339),
 		Host: fmt.Sprintf("%d CPUs, %s", goruntime.NumCPU(), cpuModel()), Go: goruntime.Version(),
-		LoadAverage: [2]string{loadAverage()}, MaxConcurrentBootstraps: o.maxConcurrentBootstraps,
+		LoadAverage: [2]string{loadAverage()}, MaxConcurrentBootstraps: o.maxConcurrentBootstraps, StripManagedFields: o.stripManagedFields,
 		Seconds: map[string]float64{}, Reached: map[string]int{}, Reconciles: map[string]int{},
 		ReconcilesPerSecond: map[string]float64{}, Requests: map[string]requestStats{}, RequestsPerMachine: map[string]float64{},
 	}
