@@ -93,7 +93,7 @@ func (k *kubelets) register(ctx context.Context, cm *infrav1.ContainerMachine) e
 		return fmt.Errorf("failed to register Node %s: %w", node.Name, err)
 	}
 	// CAPCT patches the Node meanwhile (providerID, pod CIDRs, taint).
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := k.client.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
 			return err
 		}
@@ -101,5 +101,8 @@ func (k *kubelets) register(ctx context.Context, cm *infrav1.ContainerMachine) e
 		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 			LastHeartbeatTime: now, LastTransitionTime: now}}
 		return k.client.Status().Update(ctx, node)
-	})
+	}); err != nil {
+		return fmt.Errorf("failed to report Node %s Ready: %w", node.Name, err)
+	}
+	return nil
 }
