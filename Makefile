@@ -83,6 +83,30 @@ bench: ## Run the Go benchmarks (IPAM allocator, runtime seam overhead)
 	hack/ensure-docker.sh
 	go test -run='^$$' -bench=. -benchmem ./internal/ipam ./internal/container/...
 
+# make bench-scale: one run per count, each its own process (its own peak
+# RSS) against its own envtest API server, bounded by BENCH_SCALE_TIMEOUT.
+# The fake engine's bootstraps cost the host nothing, so the manager's
+# --max-concurrent-bootstraps bound is off by default: with it (4) the run
+# measures the bound (docs/bench.md). BENCH_SCALE_FLAGS=-max-concurrent-bootstraps=4
+# with BENCH_SCALE_OUT=out/bench/bounded measures it.
+BENCH_SCALE_COUNTS ?= 100 300 1000
+BENCH_SCALE_CLUSTERS ?= 10
+BENCH_SCALE_TIMEOUT ?= 9m
+BENCH_SCALE_FLAGS ?= -max-concurrent-bootstraps=0
+BENCH_SCALE_OUT ?= out/bench
+
+.PHONY: bench-scale
+bench-scale: ## CAPCT's and Cluster API's reconcilers on envtest with the fake engine: BENCH_SCALE_COUNTS machines over 10 clusters; out/bench/scale.json and profiles
+	mkdir -p $(BENCH_SCALE_OUT)
+	rm -f $(BENCH_SCALE_OUT)/scale.json
+	go build -o bin/bench-scale ./test/bench/scale
+	assets="$$(hack/ensure-envtest.sh)"; \
+	for n in $(BENCH_SCALE_COUNTS); do \
+		echo "== $$n machines (controller logs: $(BENCH_SCALE_OUT)/scale-$$n.log)"; \
+		KUBEBUILDER_ASSETS="$$assets" bin/bench-scale -machines $$n -clusters $(BENCH_SCALE_CLUSTERS) \
+			-timeout $(BENCH_SCALE_TIMEOUT) -out $(BENCH_SCALE_OUT) $(BENCH_SCALE_FLAGS) 2>$(BENCH_SCALE_OUT)/scale-$$n.log || exit 1; \
+	done
+
 include hack/release.mk
 include images/images.mk
 include hack/quickstart.mk

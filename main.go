@@ -181,15 +181,9 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("failed to read the diagnostics and TLS flags: %w", err)
 	}
-	var namespaces map[string]cache.Config
-	if o.watchNamespace != "" {
-		namespaces = map[string]cache.Config{o.watchNamespace: {}}
-	}
-	// Only Secrets that belong to a Cluster (bootstrap data, kubeconfigs) are
-	// cached; everything else would cost memory for nothing.
-	clusterSecret, err := labels.NewRequirement(clusterv1.ClusterNameLabel, selection.Exists, nil)
+	cacheOpts, err := managerCacheOptions(o.watchNamespace, &o.syncPeriod)
 	if err != nil {
-		return fmt.Errorf("failed to build the Secret cache selector: %w", err)
+		return err
 	}
 
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
@@ -205,12 +199,8 @@ func run() error {
 		Metrics:                    *metricsOptions,
 		GracefulShutdownTimeout:    &o.gracefulShutdownTimeout,
 		Controller:                 config.Controller{CacheSyncTimeout: 5 * time.Minute},
-		Cache: cache.Options{
-			DefaultNamespaces: namespaces,
-			SyncPeriod:        &o.syncPeriod,
-			ByObject:          map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: labels.NewSelector().Add(*clusterSecret)}},
-		},
-		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}}},
+		Cache:                      cacheOpts,
+		Client:                     client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}}},
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Port:     o.webhookPort,
 			CertDir:  o.webhookCertDir,
@@ -240,6 +230,30 @@ func run() error {
 		return fmt.Errorf("manager stopped with an error: %w", err)
 	}
 	return nil
+}
+
+// managerCacheOptions are the options of the manager's cache. Only Secrets
+// that belong to a Cluster (bootstrap data, kubeconfigs) are cached;
+// everything else would cost memory for nothing. No cached object keeps its
+// metadata.managedFields: nothing in CAPCT reads them (server-side apply
+// builds its bodies from scratch, and an update without them keeps the
+// server's), and they were about a quarter of the manager's live heap in
+// make bench-scale (docs/bench.md).
+func managerCacheOptions(watchNamespace string, syncPeriod *time.Duration) (cache.Options, error) {
+	var namespaces map[string]cache.Config
+	if watchNamespace != "" {
+		namespaces = map[string]cache.Config{watchNamespace: {}}
+	}
+	clusterSecret, err := labels.NewRequirement(clusterv1.ClusterNameLabel, selection.Exists, nil)
+	if err != nil {
+		return cache.Options{}, fmt.Errorf("failed to build the Secret cache selector: %w", err)
+	}
+	return cache.Options{
+		DefaultNamespaces: namespaces,
+		SyncPeriod:        syncPeriod,
+		ByObject:          map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: labels.NewSelector().Add(*clusterSecret)}},
+		DefaultTransform:  cache.TransformStripManagedFields(),
+	}, nil
 }
 
 func newScheme() (*runtime.Scheme, error) {
@@ -298,6 +312,9 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	clusterCache, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
 		SecretClient:     secretCachingClient,
 		WatchFilterValue: o.watchFilter,
+		// The workload clusters' Nodes without managedFields, as in the
+		// manager's own cache (managerCacheOptions).
+		Cache: clustercache.CacheOptions{DefaultTransform: cache.TransformStripManagedFields()},
 		Client: clustercache.ClientOptions{
 			QPS:       o.clusterCacheClientQPS,
 			Burst:     o.clusterCacheClientBurst,

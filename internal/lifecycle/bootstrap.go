@@ -132,10 +132,12 @@ func (b *Bootstrap) startFirst(ctx context.Context, s *MachineScope, now time.Ti
 	key := client.ObjectKeyFromObject(cm)
 	ok, usage := b.Bootstraps.Acquire(key)
 	if !ok {
-		msg := fmt.Sprintf("Waiting for a bootstrap slot: %d of %d bootstraps in flight on this host (--max-concurrent-bootstraps)", usage.InFlight, usage.Limit)
-		if usage.Ahead > 0 {
-			msg += fmt.Sprintf(", %d machines ahead", usage.Ahead)
-		}
+		// The message names nothing that changes while the machine waits
+		// (its place in line, the slots in flight): every change would be
+		// a status write, which Cluster API mirrors onto the Machine and
+		// which wakes the machine again, for each machine each time the
+		// line moves, quadratic in a scale-out (docs/bench.md).
+		msg := fmt.Sprintf("Waiting for a bootstrap slot: all %d of this host are in use (--max-concurrent-bootstraps); machines get them in the order they asked", usage.Limit)
 		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionFalse, WaitingForBootstrapSlotReason, msg)
 		return ctrl.Result{RequeueAfter: slotPoll}, nil
 	}

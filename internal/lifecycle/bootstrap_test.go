@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -364,6 +365,41 @@ func TestBootstrapRetriesAnAttemptCutShortByAContainerRestart(t *testing.T) {
 	}
 }
 
+// TestWaitingForASlotWritesNothingNewWhileTheLineMoves: a waiting
+// machine's condition stays the same while machines ahead of it leave the
+// line, so that reconciling it again writes nothing (each write would be
+// mirrored onto its Machine and wake it again: quadratic in a scale-out).
+func TestWaitingForASlotWritesNothingNewWhileTheLineMoves(t *testing.T) {
+	const limit = 1
+	e := newEnv(t, joinData)
+	e.restartManager(limit)
+	k := e.newKubeadm(container.ExecResult{})
+	release := k.holdRuns()
+	defer release()
+	ctx := context.Background()
+	var machines []*MachineScope
+	for _, name := range []string{"cp-0", "cp-1", "cp-2"} {
+		s := newScope()
+		s.ContainerMachine.Name = name
+		if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		e.reconcileBootstrap(s)
+		machines = append(machines, s)
+	}
+	last := machines[2]
+	wantCondition(t, last, infrav1.BootstrappedCondition, metav1.ConditionFalse, WaitingForBootstrapSlotReason)
+	before := condition(last, infrav1.BootstrappedCondition)
+
+	// cp-1, ahead of it, leaves the line (its machine was deleted).
+	e.deps.Bootstraps.Release(client.ObjectKeyFromObject(machines[1].ContainerMachine))
+	e.clock.Step(time.Minute)
+	e.reconcileBootstrap(last)
+	if after := condition(last, infrav1.BootstrappedCondition); !reflect.DeepEqual(after, before) {
+		t.Fatalf("the waiting machine's condition changed while it waited:\nbefore %+v\nafter  %+v", before, after)
+	}
+}
+
 func TestBootstrapSlotsBoundTheBootstrapsInFlight(t *testing.T) {
 	const limit = 2
 	e := newEnv(t, joinData)
@@ -390,7 +426,7 @@ func TestBootstrapSlotsBoundTheBootstrapsInFlight(t *testing.T) {
 	}
 	waiting := machines[limit]
 	wantCondition(t, waiting, infrav1.BootstrappedCondition, metav1.ConditionFalse, WaitingForBootstrapSlotReason)
-	if msg := condition(waiting, infrav1.BootstrappedCondition).Message; !strings.Contains(msg, "2 of 2 bootstraps in flight") {
+	if msg := condition(waiting, infrav1.BootstrappedCondition).Message; !strings.Contains(msg, "all 2 of this host are in use") {
 		t.Fatalf("the wait must say why, got %q", msg)
 	}
 	if TerminalCondition(waiting.ContainerMachine) != nil {

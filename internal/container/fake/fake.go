@@ -98,9 +98,11 @@ type Runtime struct {
 	subs       []*subscriber
 	handler    ExecHandler
 	execs      []ExecCall
-	signals    []string
-	nextID     int
-	nextPort   int
+	// forgetExecs stops the Exec history (ForgetExecCalls).
+	forgetExecs bool
+	signals     []string
+	nextID      int
+	nextPort    int
 }
 
 var _ container.Runtime = (*Runtime)(nil)
@@ -132,6 +134,16 @@ func (r *Runtime) SetExecHandler(h ExecHandler) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.handler = h
+}
+
+// ForgetExecCalls stops recording Execs for ExecCalls. A long run (the
+// scale benchmark) would otherwise keep every command and its stdin, which
+// the fake's memory would then count against the manager that runs it.
+func (r *Runtime) ForgetExecCalls() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.forgetExecs = true
+	r.execs = nil
 }
 
 // ExecCalls returns the Execs recorded so far.
@@ -664,7 +676,9 @@ func (r *Runtime) Exec(ctx context.Context, name string, owner container.Owner, 
 		r.mu.Unlock()
 		return container.ExecResult{}, err
 	}
-	r.execs = append(r.execs, ExecCall{Container: name, Cmd: append([]string(nil), in.Cmd...), Stdin: stdin})
+	if !r.forgetExecs {
+		r.execs = append(r.execs, ExecCall{Container: name, Cmd: append([]string(nil), in.Cmd...), Stdin: stdin})
+	}
 	m, files, h := *snapshot(c), maps.Clone(c.files), r.handler
 	r.mu.Unlock()
 

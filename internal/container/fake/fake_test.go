@@ -67,3 +67,27 @@ func TestPreloadImages(t *testing.T) {
 		t.Fatalf("preload exec %+v", last)
 	}
 }
+
+// TestForgetExecCalls: a runtime told to forget its Exec history still
+// runs the commands but keeps none of them.
+func TestForgetExecCalls(t *testing.T) {
+	rt := fake.New(nil)
+	e := runtimetest.NewEnv(t, rt, "img", container.IPv4)
+	m := e.Running(t, "forget")
+	run := func() {
+		t.Helper()
+		res, err := rt.Exec(runtimetest.Ctx(t), m.Name, container.OwnerOf(m.Labels), container.ExecInput{Cmd: []string{"true"}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("exec: %v, exit code %d", err, res.ExitCode)
+		}
+	}
+	run()
+	if n := len(rt.ExecCalls()); n != 1 {
+		t.Fatalf("recorded %d calls, want 1", n)
+	}
+	rt.ForgetExecCalls()
+	run()
+	if n := len(rt.ExecCalls()); n != 0 {
+		t.Fatalf("recorded %d calls after ForgetExecCalls, want none", n)
+	}
+}

@@ -72,10 +72,27 @@ func NewScheme() (*kruntime.Scheme, error) {
 	return s, nil
 }
 
+// Options change the manager that NewWith builds, for programs (the scale
+// benchmark) that need it closer to the production manager than the tests
+// do, or instrumented.
+type Options struct {
+	// Config changes the manager's own copy of the REST config (rate
+	// limits, user agent, a transport wrapper); Environment.Config stays
+	// the plain administrator's.
+	Config func(*rest.Config)
+	// Manager changes the manager's options after the defaults are set.
+	Manager func(*ctrl.Options)
+}
+
 // New starts the API server and builds a manager with the webhooks
 // registered; the caller starts the manager (see Start) after adding
 // controllers.
 func New() (*Environment, error) {
+	return NewWith(Options{})
+}
+
+// NewWith is New with the manager changed by o.
+func NewWith(o Options) (*Environment, error) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run the tests with `make test`, " +
 			"or export KUBEBUILDER_ASSETS=$(hack/ensure-envtest.sh)")
@@ -111,20 +128,24 @@ func New() (*Environment, error) {
 	}
 	defaults := policy.Default()
 	e := &Environment{env: env, Config: cfg, Scheme: scheme, Policy: &defaults}
-	if err := e.setup(); err != nil {
+	if err := e.setup(o); err != nil {
 		return nil, errors.Join(err, env.Stop())
 	}
 	return e, nil
 }
 
-func (e *Environment) setup() error {
+func (e *Environment) setup(o Options) error {
 	var err error
 	e.Client, err = client.New(e.Config, client.Options{Scheme: e.Scheme})
 	if err != nil {
 		return fmt.Errorf("failed to create the test client: %w", err)
 	}
 	opts := e.env.WebhookInstallOptions
-	e.Manager, err = ctrl.NewManager(e.Config, ctrl.Options{
+	cfg := rest.CopyConfig(e.Config)
+	if o.Config != nil {
+		o.Config(cfg)
+	}
+	mopts := ctrl.Options{
 		Scheme:  e.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		WebhookServer: webhook.NewServer(webhook.Options{
@@ -133,7 +154,11 @@ func (e *Environment) setup() error {
 			CertDir: opts.LocalServingCertDir,
 		}),
 		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}}},
-	})
+	}
+	if o.Manager != nil {
+		o.Manager(&mopts)
+	}
+	e.Manager, err = ctrl.NewManager(cfg, mopts)
 	if err != nil {
 		return fmt.Errorf("failed to create the test manager: %w", err)
 	}

@@ -1,0 +1,142 @@
+// Package main is the scale benchmark of issue #17 (`make bench-scale`):
+// it runs CAPCT's ContainerCluster, ContainerMachine and
+// ContainerMachinePool reconcilers and Cluster API's Cluster and Machine
+// reconcilers in this process against an envtest API server, with the
+// fake container runtime and simulated kubelets, creates -machines
+// ContainerMachines across -clusters clusters, and measures the time until
+// all are provisioned, Initialized and Ready, the reconciles per second,
+// the API requests per machine, and the process's peak heap and resident
+// set, keeping CPU and heap profiles. It is a program, not a test, so that
+// `go test ./...` never runs it; it fails (exit 1) when envtest's binaries
+// are missing or the machines do not finish within -timeout.
+//
+// Each run is its own process, so that the resident set peak (VmHWM) is
+// that of one size only; make bench-scale runs one per size and each run
+// merges its result into <out>/scale.json.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"runtime/pprof"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
+)
+
+func main() {
+	var o options
+	flag.IntVar(&o.machines, "machines", 1000, "ContainerMachines to create, spread evenly over the clusters (one control plane each)")
+	flag.IntVar(&o.clusters, "clusters", 10, "clusters to spread the machines over")
+	flag.DurationVar(&o.timeout, "timeout", 9*time.Minute, "bound of the whole run; the run fails when the machines are not all Ready by then")
+	flag.StringVar(&o.out, "out", "out/bench", "directory for scale.json and the profiles")
+	flag.BoolVar(&o.stripManagedFields, "strip-managed-fields", true,
+		"drop metadata.managedFields from the objects in the manager's cache and CAPCT's ClusterCache, as main.go does; false measures what that saves")
+	flag.IntVar(&o.maxConcurrentBootstraps, "max-concurrent-bootstraps", lifecycle.DefaultMaxConcurrentBootstraps,
+		"the manager's --max-concurrent-bootstraps (0: no limit)")
+	klog.InitFlags(nil)
+	// A finer heap profile than the default one sample per 512 KiB: the
+	// analysis splits a heap of tens of MiB by package.
+	goruntime.MemProfileRate = 64 << 10
+	flag.Parse()
+	// The controllers log to stderr at the manager's default verbosity, as
+	// in production: logging is part of what the manager costs. make
+	// bench-scale sends it to out/bench/scale-<count>.log.
+	ctrl.SetLogger(klog.Background())
+	if err := run(o); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	machines, clusters int
+	timeout            time.Duration
+	out                string
+
+	maxConcurrentBootstraps int
+	stripManagedFields      bool
+}
+
+func run(o options) error {
+	if o.clusters < 1 || o.machines < o.clusters {
+		return fmt.Errorf("need at least one machine per cluster: -machines %d -clusters %d", o.machines, o.clusters)
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return fmt.Errorf("failed to create %s: %w", o.out, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+
+	var mem memorySampler
+	go mem.run(ctx, 200*time.Millisecond)
+
+	b, err := newBench(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer b.stop()
+
+	base := filepath.Join(o.out, fmt.Sprintf("scale-%d", o.machines))
+	cpu, err := os.Create(base + ".cpu.pprof")
+	if err != nil {
+		return fmt.Errorf("failed to create the CPU profile: %w", err)
+	}
+	defer cpu.Close()
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		return fmt.Errorf("failed to start the CPU profile: %w", err)
+	}
+	res, runErr := b.measure(ctx)
+	pprof.StopCPUProfile()
+	mem.sample()
+	if err := writeHeapProfile(base + ".heap.pprof"); err != nil {
+		return errors.Join(runErr, err)
+	}
+	res.LoadAverage[1] = loadAverage()
+	res.PeakHeapMiB = toMiB(mem.peakHeap)
+	res.PeakHeapInuseMiB = toMiB(mem.peakHeapInUs)
+	res.PeakGoSysMiB = toMiB(mem.peakSys)
+	res.PeakRSSMiB = toMiB(procStatus("VmHWM"))
+	res.RSSAtEndMiB = toMiB(procStatus("VmRSS"))
+	res.Profiles = []string{base + ".cpu.pprof", base + ".heap.pprof"}
+	if runErr != nil {
+		res.Error = runErr.Error()
+	}
+	all, err := merge(filepath.Join(o.out, "scale.json"), res)
+	if err != nil {
+		return errors.Join(runErr, err)
+	}
+	printTable(os.Stdout, all)
+	return runErr
+}
+
+// writeHeapProfile writes the live heap after a collection, so that it
+// shows what the manager holds with all machines Ready, not garbage.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("failed to create the heap profile: %w", err)
+	}
+	defer f.Close()
+	goruntime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		return fmt.Errorf("failed to write the heap profile: %w", err)
+	}
+	return nil
+}
+
+// managerConfig makes a REST config look like a manager's: its rate
+// limits, its user agent, and the request counter around its transport.
+func managerConfig(cfg *rest.Config, agent string, qps float32, burst int, c *requestCounter) {
+	cfg.QPS, cfg.Burst, cfg.UserAgent = qps, burst, agent
+	cfg.Wrap(c.wrap)
+}

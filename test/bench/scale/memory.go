@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// memorySampler keeps the process's peak heap and resident set. The Go
+// heap is sampled (runtime.ReadMemStats); the kernel keeps the resident
+// peak itself (VmHWM), so that one is exact.
+type memorySampler struct {
+	mu           sync.Mutex
+	peakHeap     uint64 // HeapAlloc: live and not yet collected objects
+	peakHeapInUs uint64 // HeapInuse: spans holding them
+	peakSys      uint64 // memory obtained from the OS by the Go runtime
+}
+
+func (s *memorySampler) run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		s.sample()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *memorySampler) sample() {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.peakHeap = max(s.peakHeap, m.HeapAlloc)
+	s.peakHeapInUs = max(s.peakHeapInUs, m.HeapInuse)
+	s.peakSys = max(s.peakSys, m.Sys)
+}
+
+// procStatus returns a field of /proc/self/status in bytes (VmHWM, VmRSS),
+// 0 where it cannot be read (not Linux).
+func procStatus(field string) uint64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || k != field {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			return 0
+		}
+		return kb * 1024
+	}
+	return 0
+}
+
+const mib = 1 << 20
+
+func toMiB(b uint64) float64 { return float64(b*10/mib) / 10 }
