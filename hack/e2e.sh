@@ -67,17 +67,19 @@ run() {
     -e2e.skip-resource-cleanup="$skip_cleanup") || rc=$?
   log "junit report: $artifacts/junit.e2e.xml"
   report_memory
+  end_step
+  log "specs done in $((SECONDS - script_start))s since the start"
   if $skip_cleanup; then
     log "E2E_SKIP_CLEANUP=true: everything is left; 'MGMT_NAME=$MGMT_NAME QUICKSTART_OUT=$QS_OUT hack/quickstart/quickstart.sh down' removes it"
   else
     remove_on_failure=false
+    # down prints the total time itself (its finish)
     if ! (down); then
       log "removing the clusters failed or left something (above)"
       ((rc != 0)) || rc=1
     fi
   fi
   ((rc == 0)) || die "the e2e specs failed (exit $rc); see $artifacts"
-  finish
 }
 
 run
