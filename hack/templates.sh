@@ -57,3 +57,8 @@ flavor "$e2e/cluster-template-machinepool.yaml" \
 # workers in a MachinePool backed by a ContainerMachinePool. Generated from
 # templates/parts by hack/templates.sh; edit the parts." \
   cluster control-plane machinepool
+
+# QuickStartSpec with ClusterClass: the shipped topology flavor and its
+# ClusterClass as they are (they take their network from CAPCT_NETWORK and
+# CAPCT_NETWORK_MODE like every flavor).
+cp cluster-template-topology.yaml clusterclass-quick-start.yaml "$e2e/"

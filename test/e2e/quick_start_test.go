@@ -28,6 +28,26 @@ var _ = Describe("When following the Cluster API quick-start", Label("quick-star
 	})
 })
 
+var _ = Describe("When following the Cluster API quick-start with ClusterClass", Label("quick-start-clusterclass"), func() {
+	capie2e.QuickStartSpec(ctx, func() capie2e.QuickStartSpecInput {
+		return capie2e.QuickStartSpecInput{
+			E2EConfig:              e2eConfig,
+			ClusterctlConfigPath:   clusterctlConfigPath,
+			BootstrapClusterProxy:  bootstrapClusterProxy,
+			ArtifactFolder:         artifactFolder,
+			SkipCleanup:            skipCleanup,
+			InfrastructureProvider: ptr.To("container"),
+			// templates/cluster-template-topology.yaml with ClusterClass
+			// quick-start; its variables networkName and networkMode put the
+			// cluster on the management cluster's network.
+			Flavor: ptr.To("topology"),
+			PostMachinesProvisioned: func(proxy framework.ClusterProxy, namespace, clusterName string) {
+				validateResilience(proxy, namespace, clusterName, true, "quick-start")
+			},
+		}
+	})
+})
+
 // validateResilience runs the checks CAPI's own quick-start runs once the
 // machines are provisioned, with CAPCT's assertion maps beside CAPI's:
 // owner references and finalizers that come back after they are stripped,
