@@ -2,7 +2,13 @@ module github.com/capct/cluster-api-provider-container/test/e2e
 
 go 1.26.0
 
+// CAPCT itself, from this tree.
 replace github.com/capct/cluster-api-provider-container => ../..
+
+// The framework is sigs.k8s.io/cluster-api/test v1.13.7; the core module
+// stays at v1.13.6 (the controllers under test, hack/tools/capi) because the
+// Go module proxy does not serve sigs.k8s.io/cluster-api v1.13.7
+// (docs/e2e.md).
 
 require (
 	github.com/capct/cluster-api-provider-container v0.0.0-00010101000000-000000000000
