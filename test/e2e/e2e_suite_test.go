@@ -90,7 +90,8 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 	Expect(parts).To(HaveLen(4))
 	configPath, clusterctlConfigPath, artifactFolder, kubeconfigPath = parts[0], parts[1], parts[2], parts[3]
 	e2eConfig = clusterctl.LoadE2EConfig(ctx, clusterctl.LoadE2EConfigInput{ConfigPath: configPath})
-	bootstrapClusterProxy = framework.NewClusterProxy(e2eConfig.ManagementClusterName, kubeconfigPath, scheme())
+	bootstrapClusterProxy = framework.NewClusterProxy(e2eConfig.ManagementClusterName, kubeconfigPath, scheme(),
+		framework.WithMachineLogCollector(containerLogCollector{}))
 })
 
 var _ = SynchronizedAfterSuite(func() {
