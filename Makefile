@@ -45,8 +45,8 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs, RBAC and webhook 
 
 .PHONY: verify
 verify: generate ## Fail when generated files are stale, code is not gofmt'd, or go vet complains
-	@if [ -n "$$(git status --porcelain -- api exp config templates images)" ]; then \
-		echo "Generated files are stale; run 'make generate' and commit:"; git status --porcelain -- api exp config templates images; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- api exp config templates images test/e2e/data)" ]; then \
+		echo "Generated files are stale; run 'make generate' and commit:"; git status --porcelain -- api exp config templates images test/e2e/data; exit 1; fi
 	@if [ -n "$$(gofmt -l $$(git ls-files '*.go'))" ]; then \
 		echo "Not gofmt'd:"; gofmt -l $$(git ls-files '*.go'); exit 1; fi
 	go vet ./...

@@ -61,3 +61,7 @@ bench-node-capacity: ## How many real nodes this host runs at once, all Ready (M
 .PHONY: bench-capd
 bench-capd: ## CAPCT against CAPD on one management cluster: time to 3 Machines Running and to deletion (ROUNDS=2)
 	hack/bench/capd-vs-capct.sh
+
+.PHONY: test-e2e
+test-e2e: ## Cluster API's own e2e specs (test/e2e) on a quickstart-made management cluster, offline; junit in out/e2e/artifacts
+	QUICKSTART_VERSION=$(QUICKSTART_VERSION) hack/e2e.sh

@@ -40,3 +40,25 @@ flavor cluster-template-quickstart.yaml \
 # docs/templates.md. Generated from templates/parts by hack/templates.sh;
 # edit the parts." \
   cluster control-plane machinedeployment machinepool
+
+# The flavors Cluster API's e2e specs use (test/e2e/config/container.yaml
+# names this folder): the same parts, so that the specs test what users get.
+# No CNI part: CAPCT's node IPAM gives the pod routes (docs/e2e.md).
+e2e=../test/e2e/data/infrastructure-container
+mkdir -p "$e2e"
+flavor "$e2e/cluster-template.yaml" \
+"# Default flavor for Cluster API's e2e specs (QuickStartSpec): a
+# KubeadmControlPlane and one MachineDeployment. Generated from
+# templates/parts by hack/templates.sh; edit the parts." \
+  cluster control-plane machinedeployment
+
+flavor "$e2e/cluster-template-machinepool.yaml" \
+"# Flavor \"machinepool\" for Cluster API's e2e specs (MachinePoolSpec):
+# workers in a MachinePool backed by a ContainerMachinePool. Generated from
+# templates/parts by hack/templates.sh; edit the parts." \
+  cluster control-plane machinepool
+
+# QuickStartSpec with ClusterClass: the shipped topology flavor and its
+# ClusterClass as they are (they take their network from CAPCT_NETWORK and
+# CAPCT_NETWORK_MODE like every flavor).
+cp cluster-template-topology.yaml clusterclass-quick-start.yaml "$e2e/"

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# make test-e2e (docs/e2e.md): Cluster API's own e2e specs against CAPCT,
+# offline.
+#
+# Through the quickstart's machinery (it sources quickstart.sh), under its
+# own names: management cluster capct-e2e (network capct-e2e, which the
+# e2e config's CAPCT_NETWORK names), files in out/e2e/. It builds what is
+# missing (node, LB and controller images, clusterctl's local repositories
+# in out/e2e/repository, CAPCT's release manifests), boots the management
+# cluster, runs clusterctl init from those repositories (cert-manager from
+# the quickstart's local copy too: the framework's CreateRepository writes
+# no cert-manager source, so its own init would fetch it from GitHub), then
+# the ginkgo suite in test/e2e with -e2e.use-existing-cluster. The ginkgo
+# CLI is built from the version test/e2e/go.mod pins. The junit report and
+# every log are in out/e2e/artifacts. Whatever happens, it then removes
+# every cluster and the management cluster (quickstart.sh down), and fails
+# if anything is left.
+#
+# Environment: E2E_LABELS (ginkgo label filter, default "quick-start ||
+# machine-pool"), E2E_SKIP_CLEANUP=true leaves everything in place,
+# E2E_TIMEOUT (ginkgo's, 2h).
+#
+# Runs real clusters: under the Docker lock where others share the engine
+# (flock /tmp/capct-docker.lock make test-e2e).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+export MGMT_NAME=${MGMT_NAME:-capct-e2e}
+# No cluster of this name is made: quickstart.sh down's label fallback
+# removes the specs' clusters by their labels on the management network.
+export QUICKSTART_CLUSTER=${QUICKSTART_CLUSTER:-e2e}
+export QUICKSTART_OUT=${QUICKSTART_OUT:-$root/out/e2e}
+export LOG_NAME=e2e
+# shellcheck source=hack/quickstart/quickstart.sh
+source "$root/hack/quickstart/quickstart.sh"
+
+labels=${E2E_LABELS:-quick-start || machine-pool}
+skip_cleanup=${E2E_SKIP_CLEANUP:-false}
+artifacts=$QS_OUT/artifacts
+suite=$QS_ROOT/test/e2e
+
+[[ "$MGMT_NAME" == capct-e2e ]] || export CAPCT_NETWORK=$MGMT_NAME # the config's default names capct-e2e
+
+run() {
+  $skip_cleanup || remove_on_failure=true
+  start_memory_sampler
+  prerequisites
+  controller_images
+  step "management cluster"
+  LOG_NAME=mgmt-cluster "$here/mgmt-cluster.sh" up
+  init_providers
+
+  step "ginkgo CLI"
+  local v ginkgo
+  v=$(cd "$suite" && go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2)
+  ginkgo=$QS_CACHE/bin/ginkgo-$v
+  [[ -x "$ginkgo" ]] || (cd "$suite" && go build -o "$ginkgo" github.com/onsi/ginkgo/v2/ginkgo)
+  log "$ginkgo"
+
+  step "Cluster API e2e specs: $labels"
+  rm -rf "$artifacts"
+  mkdir -p "$artifacts"
+  local rc=0
+  (cd "$suite" && "$ginkgo" run -tags e2e -v --timeout "${E2E_TIMEOUT:-2h}" --label-filter "$labels" \
+    --output-dir "$artifacts" --junit-report junit.e2e.xml . -- \
+    -e2e.config="$suite/config/container.yaml" -e2e.use-existing-cluster \
+    -e2e.kubeconfig="$mgmt_kubeconfig" -e2e.artifacts-folder="$artifacts" \
+    -e2e.skip-resource-cleanup="$skip_cleanup") || rc=$?
+  log "junit report: $artifacts/junit.e2e.xml"
+  report_memory
+  end_step
+  log "specs done in $((SECONDS - script_start))s since the start"
+  if $skip_cleanup; then
+    log "E2E_SKIP_CLEANUP=true: everything is left; 'MGMT_NAME=$MGMT_NAME QUICKSTART_OUT=$QS_OUT hack/quickstart/quickstart.sh down' removes it"
+  else
+    remove_on_failure=false
+    # down prints the total time itself (its finish)
+    if ! (down); then
+      log "removing the clusters failed or left something (above)"
+      ((rc != 0)) || rc=1
+    fi
+  fi
+  ((rc == 0)) || die "the e2e specs failed (exit $rc); see $artifacts"
+}
+
+run

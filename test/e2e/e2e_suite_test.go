@@ -1,0 +1,112 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+	"sigs.k8s.io/cluster-api/test/framework"
+	"sigs.k8s.io/cluster-api/test/framework/clusterctl"
+)
+
+// The flags CAPI's own suites take, so that its documentation applies.
+var (
+	configPath         string
+	artifactFolder     string
+	skipCleanup        bool
+	useExistingCluster bool
+	kubeconfigPath     string
+)
+
+func init() {
+	flag.StringVar(&configPath, "e2e.config", "config/container.yaml", "the e2e test configuration")
+	flag.StringVar(&artifactFolder, "e2e.artifacts-folder", "../../out/e2e/artifacts", "where the test writes logs, the clusterctl repository and the junit report")
+	flag.BoolVar(&skipCleanup, "e2e.skip-resource-cleanup", false, "leave the workload clusters after the specs")
+	// Only an existing management cluster is supported: CAPI's bootstrap
+	// helpers would create a kind cluster, whose node image is pulled.
+	flag.BoolVar(&useExistingCluster, "e2e.use-existing-cluster", false, "run against the management cluster of -e2e.kubeconfig (required)")
+	flag.StringVar(&kubeconfigPath, "e2e.kubeconfig", os.Getenv("KUBECONFIG"), "the existing management cluster's kubeconfig")
+}
+
+// What SynchronizedBeforeSuite prepares, shared by every spec.
+var (
+	ctx                   = ctrl.SetupSignalHandler()
+	e2eConfig             *clusterctl.E2EConfig
+	clusterctlConfigPath  string
+	bootstrapClusterProxy framework.ClusterProxy
+)
+
+func TestE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "capct-e2e")
+}
+
+var _ = SynchronizedBeforeSuite(func() []byte {
+	Expect(useExistingCluster).To(BeTrue(), "only -e2e.use-existing-cluster is supported: a kind bootstrap cluster would pull its node image")
+	Expect(kubeconfigPath).To(BeAnExistingFile(), "-e2e.kubeconfig (or KUBECONFIG) must name the management cluster's kubeconfig")
+	Expect(filepath.Abs(artifactFolder)).To(WithTransform(func(p string) error { artifactFolder = p; return nil }, Succeed()))
+	Expect(os.MkdirAll(artifactFolder, 0o750)).To(Succeed())
+
+	By("Loading the e2e config " + configPath)
+	cfg := clusterctl.LoadE2EConfig(ctx, clusterctl.LoadE2EConfigInput{ConfigPath: configPath})
+	Expect(cfg).ToNot(BeNil())
+
+	By("Creating the clusterctl repository from the config's local files")
+	repo := clusterctl.CreateRepository(ctx, clusterctl.CreateRepositoryInput{
+		E2EConfig:        cfg,
+		RepositoryFolder: filepath.Join(artifactFolder, "repository"),
+	})
+
+	proxy := framework.NewClusterProxy(cfg.ManagementClusterName, kubeconfigPath, scheme())
+	Expect(proxy).ToNot(BeNil())
+
+	// The providers are installed by hack/e2e.sh with clusterctl init from
+	// the same local repositories (and cert-manager from the quickstart's
+	// local copy: CreateRepository writes no cert-manager source, so the
+	// framework's own init would fetch it from GitHub). This finds them,
+	// skips the init and streams the controllers' logs into the artifacts.
+	By("Finding the providers and watching their logs")
+	clusterctl.InitManagementClusterAndWatchControllerLogs(ctx, clusterctl.InitManagementClusterAndWatchControllerLogsInput{
+		ClusterProxy:            proxy,
+		ClusterctlConfigPath:    repo,
+		InfrastructureProviders: cfg.InfrastructureProviders(),
+		LogFolder:               filepath.Join(artifactFolder, "clusters", proxy.GetName()),
+	}, cfg.GetIntervals(proxy.GetName(), "wait-controllers")...)
+
+	return []byte(configPath + "\n" + repo + "\n" + artifactFolder + "\n" + kubeconfigPath)
+}, func(data []byte) {
+	parts := strings.Split(string(data), "\n")
+	Expect(parts).To(HaveLen(4))
+	configPath, clusterctlConfigPath, artifactFolder, kubeconfigPath = parts[0], parts[1], parts[2], parts[3]
+	e2eConfig = clusterctl.LoadE2EConfig(ctx, clusterctl.LoadE2EConfigInput{ConfigPath: configPath})
+	bootstrapClusterProxy = framework.NewClusterProxy(e2eConfig.ManagementClusterName, kubeconfigPath, scheme(),
+		framework.WithMachineLogCollector(containerLogCollector{}))
+})
+
+var _ = SynchronizedAfterSuite(func() {
+	if bootstrapClusterProxy != nil {
+		// Only the proxy's connections: the management cluster belongs to
+		// hack/e2e.sh, which removes it.
+		bootstrapClusterProxy.Dispose(ctx)
+	}
+}, func() {})
+
+// scheme is CAPI's test scheme with CAPCT's kinds.
+func scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	framework.TryAddDefaultSchemes(s)
+	Expect(infrav1.AddToScheme(s)).To(Succeed())
+	Expect(expinfrav1.AddToScheme(s)).To(Succeed())
+	return s
+}
