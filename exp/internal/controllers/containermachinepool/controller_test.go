@@ -94,9 +94,13 @@ func TestBootstrapDataArrivesAfterTheMachines(t *testing.T) {
 		}
 		return nil
 	})
+	// Machines that Cluster API has just created are updated for a few
+	// seconds, and each update reconciles their ContainerMachines too. Once
+	// they and the ContainerMachines are left alone, a machine waiting for
+	// bootstrap data asks for no requeue: only the MachinePool watch brings
+	// it back when the data arrives.
+	f.quiet(3 * time.Second)
 	setDataSecret(ptr.To("bootstrap"))
-	// Well under the controllers' error backoff and resync: only the
-	// MachinePool watch brings the machines back this soon.
 	eventually(t, 20*time.Second, "2 provisioned replicas", f.settled(2))
 }
 

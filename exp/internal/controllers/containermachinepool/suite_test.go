@@ -434,6 +434,27 @@ func (f *fixture) settled(n int) func() error {
 	}
 }
 
+// quiet waits until no ContainerMachine or Machine of the pool has changed
+// for d, so that nothing but what the test does next reconciles them.
+func (f *fixture) quiet(d time.Duration) {
+	f.t.Helper()
+	versions := func() string {
+		s := f.state()
+		v := names(s.cms, func(c infrav1.ContainerMachine) string { return c.Name + "@" + c.ResourceVersion })
+		return fmt.Sprint(v, names(s.machines, func(m clusterv1.Machine) string { return m.Name + "@" + m.ResourceVersion }))
+	}
+	last, since := versions(), time.Now()
+	eventually(f.t, settle, fmt.Sprintf("the pool's machines to be left alone for %s", d), func() error {
+		if v := versions(); v != last {
+			last, since = v, time.Now()
+		}
+		if quiet := time.Since(since); quiet < d {
+			return fmt.Errorf("last change %s ago: %s", quiet.Round(time.Millisecond), last)
+		}
+		return nil
+	})
+}
+
 func (f *fixture) scale(n int32) {
 	f.t.Helper()
 	ctx := ctxT(f.t)
