@@ -15,17 +15,26 @@ import (
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
 )
 
-// templateKind is one template kind: how to make a valid one, and two
-// changes that are valid on their own, one of spec.template.spec and one
-// of what lies outside it.
+// templateKind is one template kind: how to make a valid one, a change of
+// spec.template.spec that is valid on its own, and where its
+// spec.template.metadata is, which may change.
 type templateKind struct {
-	name string
-	// valid returns a valid template called name.
-	valid func(name string) client.Object
-	// changeSpec changes spec.template.spec to another valid spec.
+	name       string
+	valid      func(name string) client.Object
 	changeSpec func(client.Object)
-	// changeMetadata changes the template's and spec.template's metadata.
-	changeMetadata func(client.Object)
+	metadata   func(client.Object) *clusterv1.ObjectMeta
+}
+
+func validClusterTemplate(name string) *infrav1.ContainerClusterTemplate {
+	t := &infrav1.ContainerClusterTemplate{ObjectMeta: validCluster(name).ObjectMeta}
+	t.Spec.Template.Spec = validCluster(name).Spec
+	return t
+}
+
+func validPoolTemplate(name string) *expinfrav1.ContainerMachinePoolTemplate {
+	t := &expinfrav1.ContainerMachinePoolTemplate{ObjectMeta: validPool(name).ObjectMeta}
+	t.Spec.Template.Spec = validPool(name).Spec
+	return t
 }
 
 func templateKinds() []templateKind {
@@ -36,45 +45,29 @@ func templateKinds() []templateKind {
 			changeSpec: func(o client.Object) {
 				o.(*infrav1.ContainerMachineTemplate).Spec.Template.Spec.Image = "capct/node:v1.35.5"
 			},
-			changeMetadata: func(o client.Object) {
-				t := o.(*infrav1.ContainerMachineTemplate)
-				t.Spec.Template.ObjectMeta.Labels = map[string]string{"tier": "gold"}
+			metadata: func(o client.Object) *clusterv1.ObjectMeta {
+				return &o.(*infrav1.ContainerMachineTemplate).Spec.Template.ObjectMeta
 			},
 		},
 		{
-			name: "ContainerClusterTemplate",
-			valid: func(n string) client.Object {
-				c := validCluster("unused")
-				t := &infrav1.ContainerClusterTemplate{ObjectMeta: c.ObjectMeta}
-				t.Name = n
-				t.Spec.Template.Spec = c.Spec
-				return t
-			},
+			name:  "ContainerClusterTemplate",
+			valid: func(n string) client.Object { return validClusterTemplate(n) },
 			changeSpec: func(o client.Object) {
-				t := o.(*infrav1.ContainerClusterTemplate)
-				t.Spec.Template.Spec.FailureDomains = append(t.Spec.Template.Spec.FailureDomains, clusterv1.FailureDomain{Name: "fd2"})
+				spec := &o.(*infrav1.ContainerClusterTemplate).Spec.Template.Spec
+				spec.FailureDomains = append(spec.FailureDomains, clusterv1.FailureDomain{Name: "fd2"})
 			},
-			changeMetadata: func(o client.Object) {
-				t := o.(*infrav1.ContainerClusterTemplate)
-				t.Spec.Template.ObjectMeta.Annotations = map[string]string{"team": "a"}
+			metadata: func(o client.Object) *clusterv1.ObjectMeta {
+				return &o.(*infrav1.ContainerClusterTemplate).Spec.Template.ObjectMeta
 			},
 		},
 		{
-			name: "ContainerMachinePoolTemplate",
-			valid: func(n string) client.Object {
-				p := validPool("unused")
-				t := &expinfrav1.ContainerMachinePoolTemplate{ObjectMeta: p.ObjectMeta}
-				t.Name = n
-				t.Spec.Template.Spec = p.Spec
-				return t
-			},
+			name:  "ContainerMachinePoolTemplate",
+			valid: func(n string) client.Object { return validPoolTemplate(n) },
 			changeSpec: func(o client.Object) {
-				t := o.(*expinfrav1.ContainerMachinePoolTemplate)
-				t.Spec.Template.Spec.Strategy.MaxSurge = ptr.To(intstr.FromInt32(2))
+				o.(*expinfrav1.ContainerMachinePoolTemplate).Spec.Template.Spec.Strategy.MaxSurge = ptr.To(intstr.FromInt32(2))
 			},
-			changeMetadata: func(o client.Object) {
-				t := o.(*expinfrav1.ContainerMachinePoolTemplate)
-				t.Spec.Template.ObjectMeta.Labels = map[string]string{"tier": "gold"}
+			metadata: func(o client.Object) *clusterv1.ObjectMeta {
+				return &o.(*expinfrav1.ContainerMachinePoolTemplate).Spec.Template.ObjectMeta
 			},
 		},
 	}
@@ -116,7 +109,8 @@ func TestTemplateSpecIsImmutable(t *testing.T) {
 			tmpl = kind.valid(prefix + "metadata")
 			create(t, tmpl)
 			tmpl.SetLabels(map[string]string{"owner": "team-a"})
-			kind.changeMetadata(tmpl)
+			kind.metadata(tmpl).Labels = map[string]string{"tier": "gold"}
+			kind.metadata(tmpl).Annotations = map[string]string{"team": "a"}
 			if err := env.Client.Update(ctx, tmpl); err != nil {
 				t.Fatalf("an update of the metadata only was refused: %v", err)
 			}
