@@ -17,6 +17,9 @@ CONTROLLER_GEN := $(CAPCT_CACHE)/bin/controller-gen-$(CONTROLLER_GEN_VERSION)
 # target because they build images first.
 GO_TEST_PACKAGES = $(shell go list ./... | grep -v /test/nodeimage)
 GO_TEST_TIMEOUT ?= 30m
+# The race detector runs under every Go test: a data race in a controller is
+# a real bug. It needs cgo (hack/ensure-cgo.sh).
+GO_TEST_FLAGS ?= -race
 FUZZ_TIME ?= 10s
 
 .PHONY: help
@@ -66,9 +69,13 @@ test: ## Run every test: unit, envtest, Docker, fuzz, the node images, the whole
 	$(MAKE) test-scale-out
 
 .PHONY: test-go
-test-go: ## Run the Go tests against a real API server and Docker engine
+test-go: ## Run the Go tests, with the race detector, against a real API server and Docker engine
 	hack/ensure-docker.sh
-	KUBEBUILDER_ASSETS="$$(hack/ensure-envtest.sh)" go test -count=1 -timeout $(GO_TEST_TIMEOUT) $(GO_TEST_PACKAGES)
+	hack/ensure-cgo.sh
+	@# A lifecycle test preloads images into the real node image's containerd;
+	@# built here, a cold build does not count against the tests' timeout.
+	$(MAKE) node-image
+	KUBEBUILDER_ASSETS="$$(hack/ensure-envtest.sh)" CGO_ENABLED=1 go test $(GO_TEST_FLAGS) -count=1 -timeout $(GO_TEST_TIMEOUT) $(GO_TEST_PACKAGES)
 
 .PHONY: test-fuzz
 test-fuzz: ## Run the fuzzers (node IPAM, node addresses, bootstrap data and script, the policy) for a short time each

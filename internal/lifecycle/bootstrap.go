@@ -415,25 +415,37 @@ type stager struct {
 }
 
 // waitForBoot waits for the node's init system to finish starting
-// services, containerd among them, before images are imported into it;
-// images without systemd go straight on. Right after the container starts
-// systemctl cannot reach systemd yet and `--wait` returns at once, so it is
-// asked again each second, for at most five minutes.
-var waitForBoot = []string{"/bin/sh", "-c", `command -v systemctl >/dev/null 2>&1 || exit 0
+// services, containerd among them, before images are imported into it.
+// Right after the container starts systemctl cannot reach systemd yet and
+// `--wait` returns at once, so it is asked again each second, for at most
+// five minutes. It fails, saying why, on an image without systemctl (no
+// init system would start containerd) and when systemd never gets there:
+// going on would only fail later, less clearly, in ctr.
+var waitForBoot = []string{"/bin/sh", "-c", `if ! command -v systemctl >/dev/null 2>&1; then
+  echo "the node image has no systemctl: preloading images needs systemd to start containerd" >&2
+  exit 1
+fi
 i=0
 while [ $i -lt 300 ]; do
-  case "$(systemctl is-system-running --wait 2>/dev/null)" in running|degraded) exit 0 ;; esac
+  state=$(systemctl is-system-running --wait 2>/dev/null)
+  case "$state" in running|degraded) exit 0 ;; esac
   i=$((i + 1))
   sleep 1
-done`}
+done
+echo "systemd did not finish starting within 300 s (systemctl is-system-running: ${state:-no answer})" >&2
+exit 1`}
 
 // launch preloads images (first attempt only), writes the staged run, then
 // the attempt mark, and starts the attempt. The order matters: an attempt
 // mark is only ever written once the run it starts is in place.
 func (st *stager) launch(ctx context.Context) error {
 	if len(st.preload) > 0 {
-		if _, err := st.runtime.Exec(ctx, st.container, st.owner, container.ExecInput{Cmd: waitForBoot, Timeout: bootWaitTimeout}); err != nil {
+		res, err := st.runtime.Exec(ctx, st.container, st.owner, container.ExecInput{Cmd: waitForBoot, Timeout: bootWaitTimeout})
+		if err != nil {
 			return fmt.Errorf("failed to wait for the init system of %s: %w", st.container, err)
+		}
+		if res.ExitCode != 0 {
+			return fmt.Errorf("failed to wait for the init system of %s before preloading images: exit code %d: %s", st.container, res.ExitCode, tail(res.Stderr, res.Stdout))
 		}
 		if err := container.PreloadImages(ctx, st.runtime, st.container, st.owner, st.preload); err != nil {
 			return fmt.Errorf("failed to preload images into %s: %w", st.container, err)

@@ -87,6 +87,13 @@ type dockerEnv struct {
 // and the given stand-ins installed, under a cluster name of its own.
 func newDockerEnv(t *testing.T, data string, tools map[string]string) *dockerEnv {
 	t.Helper()
+	return newDockerEnvWith(t, data, tools, nil)
+}
+
+// newDockerEnvWith is newDockerEnv with the machine changed by mutate (its
+// image, images to preload) before the launch.
+func newDockerEnvWith(t *testing.T, data string, tools map[string]string, mutate func(*MachineScope)) *dockerEnv {
+	t.Helper()
 	rt := dockertest.NewRuntime(t)
 	ctx := context.Background()
 	image, err := dockertest.BusyboxImage(ctx, rt)
@@ -105,6 +112,9 @@ func newDockerEnv(t *testing.T, data string, tools map[string]string) *dockerEnv
 	e.s.ContainerCluster.Spec.Network.Name = ""
 	e.s.ContainerMachine.Labels[clusterv1.ClusterNameLabel] = name
 	e.s.ContainerMachine.Spec.Image = image
+	if mutate != nil {
+		mutate(e.s)
+	}
 	t.Cleanup(func() { dockertest.RemoveClusters(context.Background(), rt, []string{name}) })
 	if _, err := rt.EnsureNetwork(ctx, container.NetworkSpec{Name: naming.NetworkName(e.s.Cluster, e.s.ContainerCluster),
 		Owner: e.s.Owner().ClusterOwner()}); err != nil {
@@ -141,8 +151,14 @@ func (e *dockerEnv) lines(path string) int {
 // or terminal, for at most a minute.
 func (e *dockerEnv) untilBootstrapDone() {
 	e.t.Helper()
+	e.untilBootstrapDoneWithin(time.Minute)
+}
+
+// untilBootstrapDoneWithin is untilBootstrapDone for at most d.
+func (e *dockerEnv) untilBootstrapDoneWithin(d time.Duration) {
+	e.t.Helper()
 	key := client.ObjectKeyFromObject(e.s.ContainerMachine)
-	deadline := time.After(time.Minute)
+	deadline := time.After(d)
 	for {
 		e.reconcileBootstrap(e.s)
 		c := condition(e.s, infrav1.BootstrappedCondition)

@@ -300,23 +300,6 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 	}
 }
 
-// TestTemplateDryRunFromTopologyIsAllowed shows that ClusterClass topology
-// can validate its patches against an immutable template, as the contract
-// requires.
-func TestTemplateDryRunFromTopologyIsAllowed(t *testing.T) {
-	ctx := context.Background()
-	tmpl := validMachineTemplate("dry-run")
-	if err := env.Client.Create(ctx, tmpl); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(ctx, tmpl) })
-	tmpl.Annotations = map[string]string{clusterv1.TopologyDryRunAnnotation: ""}
-	tmpl.Spec.Template.Spec.Image = "capct/node:v1.35.5"
-	if err := env.Client.Update(ctx, tmpl, client.DryRunAll); err != nil {
-		t.Fatalf("a topology dry-run update was rejected: %v", err)
-	}
-}
-
 // TestClusterEndpointPortDefaults checks the defaulting webhook.
 func TestClusterEndpointPortDefaults(t *testing.T) {
 	ctx := context.Background()

@@ -144,10 +144,9 @@ func TestControlPlaneMachineOnDocker(t *testing.T) {
 	hostname, err := rt.ReadFile(ctx, containerName, "/etc/capct/hostname")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(strings.TrimSpace(string(hostname))).To(Equal(containerName))
-	mode, err := rt.Exec(ctx, containerName, owner.ForMachine("cp-0"), container.ExecInput{Cmd: []string{"stat", "-c", "%a", "/etc/capct/greeting"}})
-	if err == nil && mode.ExitCode == 0 {
-		g.Expect(strings.TrimSpace(string(mode.Stdout))).To(Equal("600"))
-	}
+	mode, err := dockertest.FileMode(ctx, rt, containerName, "/etc/capct/greeting")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fmt.Sprintf("%#o", mode)).To(Equal("0600"), "the mode of write_files' permissions")
 
 	// The machine is an HAProxy backend, and HAProxy answers on the port
 	// published on the host's loopback.

@@ -1,9 +1,9 @@
 package containermachinepool_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"testing"
@@ -94,9 +94,13 @@ func TestBootstrapDataArrivesAfterTheMachines(t *testing.T) {
 		}
 		return nil
 	})
+	// Machines that Cluster API has just created are updated for a few
+	// seconds, and each update reconciles their ContainerMachines too. Once
+	// they and the ContainerMachines are left alone, a machine waiting for
+	// bootstrap data asks for no requeue: only the MachinePool watch brings
+	// it back when the data arrives.
+	f.quiet(3 * time.Second)
 	setDataSecret(ptr.To("bootstrap"))
-	// Well under the controllers' error backoff and resync: only the
-	// MachinePool watch brings the machines back this soon.
 	eventually(t, 20*time.Second, "2 provisioned replicas", f.settled(2))
 }
 
@@ -151,35 +155,7 @@ func TestRollingImageChange(t *testing.T) {
 	old := cmNames(f.state())
 
 	ctx := ctxT(t)
-	var violation atomic.Value
-	watchCtx, stopWatching := context.WithCancel(ctx)
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		for watchCtx.Err() == nil {
-			s := f.state()
-			machines := map[string]clusterv1.Machine{}
-			for _, m := range s.machines {
-				machines[m.Name] = m
-			}
-			available, active := 0, 0
-			for _, cm := range s.cms {
-				m, ok := machines[cm.Name]
-				if !cm.DeletionTimestamp.IsZero() || (ok && !m.DeletionTimestamp.IsZero()) {
-					continue
-				}
-				active++
-				if ptr.Deref(cm.Status.Initialization.Provisioned, false) {
-					available++
-				}
-			}
-			if available < 3 || active > 4 {
-				violation.Store(fmt.Sprintf("available %d active %d of %v", available, active, cmNames(s)))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
-
+	bounds := f.watchBounds(3, 4)
 	pool := &expinfrav1.ContainerMachinePool{}
 	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(f.pool), pool))
 	before := pool.DeepCopy()
@@ -197,16 +173,10 @@ func TestRollingImageChange(t *testing.T) {
 		}
 		return nil
 	})
-	stopWatching()
-	<-watched
-	if v := violation.Load(); v != nil {
-		t.Fatalf("the rollout broke the strategy: %v", v)
-	}
+	bounds.check()
 	for _, name := range cmNames(f.state()) {
-		for _, o := range old {
-			if name == o {
-				t.Fatalf("machine %s survived the rollout", name)
-			}
+		if slices.Contains(old, name) {
+			t.Fatalf("machine %s survived the rollout", name)
 		}
 	}
 }
@@ -302,13 +272,16 @@ func TestCrashMidScaleUp(t *testing.T) {
 	}
 }
 
-// TestMaxUnavailableRollout uses maxSurge 0 / maxUnavailable 1: the pool
-// never exceeds its replicas and still replaces every machine.
+// TestMaxUnavailableRollout uses maxSurge 0 / maxUnavailable 50% of 2: the
+// pool never exceeds its 2 replicas nor has fewer than 1 provisioned machine
+// during the rollout, and still replaces every machine.
 func TestMaxUnavailableRollout(t *testing.T) {
 	startStack(t)
 	f := newFixture(t, 2, expinfrav1.RollingUpdate{MaxSurge: ptr.To(intstr.FromInt32(0)), MaxUnavailable: ptr.To(intstr.FromString("50%"))})
 	eventually(t, settle, "2 replicas", f.settled(2))
+	old := cmNames(f.state())
 	ctx := ctxT(t)
+	bounds := f.watchBounds(1, 2)
 	mp := &clusterv1.MachinePool{}
 	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(f.mp), mp))
 	before := mp.DeepCopy()
@@ -325,4 +298,10 @@ func TestMaxUnavailableRollout(t *testing.T) {
 		}
 		return nil
 	})
+	bounds.check()
+	for _, name := range cmNames(f.state()) {
+		if slices.Contains(old, name) {
+			t.Fatalf("machine %s survived the rollout", name)
+		}
+	}
 }

@@ -368,20 +368,106 @@ type state struct {
 
 func (f *fixture) state() state {
 	f.t.Helper()
-	ctx := ctxT(f.t)
+	s, err := f.tryState(ctxT(f.t))
+	must(f.t, err)
+	return s
+}
+
+// tryState is state for goroutines other than the test's, which may not
+// fail the test themselves.
+func (f *fixture) tryState(ctx context.Context) (state, error) {
 	var s state
 	cms := &infrav1.ContainerMachineList{}
-	must(f.t, env.Client.List(ctx, cms, client.InNamespace(f.ns), f.labels()))
+	if err := env.Client.List(ctx, cms, client.InNamespace(f.ns), f.labels()); err != nil {
+		return s, err
+	}
 	s.cms = cms.Items
 	machines := &clusterv1.MachineList{}
-	must(f.t, env.Client.List(ctx, machines, client.InNamespace(f.ns), f.labels()))
+	if err := env.Client.List(ctx, machines, client.InNamespace(f.ns), f.labels()); err != nil {
+		return s, err
+	}
 	s.machines = machines.Items
 	all, err := rt.List(ctx, map[string]string{container.LabelPool: format.MustFormatValue(f.mp.Name), container.LabelNamespace: f.ns})
-	must(f.t, err)
+	if err != nil {
+		return s, err
+	}
 	s.containers = all
 	s.pool = &expinfrav1.ContainerMachinePool{}
-	must(f.t, env.Client.Get(ctx, client.ObjectKeyFromObject(f.pool), s.pool))
-	return s
+	return s, env.Client.Get(ctx, client.ObjectKeyFromObject(f.pool), s.pool)
+}
+
+// bounds watches a pool during a rollout for the strategy's bounds: at
+// least minAvailable provisioned machines and at most maxActive machines
+// that are not being deleted, at every look.
+type bounds struct {
+	t                       *testing.T
+	minAvailable, maxActive int
+	stop                    context.CancelFunc
+	done                    chan struct{}
+	// Written by the watching goroutine until done is closed.
+	violations []string
+	looks      int
+	failed     error
+}
+
+// watchBounds starts watching the pool; check stops and judges.
+func (f *fixture) watchBounds(minAvailable, maxActive int) *bounds {
+	ctx, stop := context.WithCancel(ctxT(f.t))
+	b := &bounds{t: f.t, minAvailable: minAvailable, maxActive: maxActive, stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		for ctx.Err() == nil {
+			s, err := f.tryState(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					b.failed = err
+				}
+				return
+			}
+			b.looks++
+			if available, active := s.rollout(); available < minAvailable || active > maxActive {
+				b.violations = append(b.violations, fmt.Sprintf("available %d active %d of %v", available, active, cmNames(s)))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	f.t.Cleanup(stop)
+	return b
+}
+
+// rollout counts the machines that are not being deleted (active) and,
+// of those, the provisioned ones (available).
+func (s state) rollout() (available, active int) {
+	machines := map[string]clusterv1.Machine{}
+	for _, m := range s.machines {
+		machines[m.Name] = m
+	}
+	for _, cm := range s.cms {
+		m, ok := machines[cm.Name]
+		if !cm.DeletionTimestamp.IsZero() || (ok && !m.DeletionTimestamp.IsZero()) {
+			continue
+		}
+		active++
+		if ptr.Deref(cm.Status.Initialization.Provisioned, false) {
+			available++
+		}
+	}
+	return available, active
+}
+
+// check stops the watch and fails the test if a look broke the bounds.
+func (b *bounds) check() {
+	b.t.Helper()
+	b.stop()
+	<-b.done
+	if b.failed != nil {
+		b.t.Fatalf("failed to watch the rollout: %v", b.failed)
+	}
+	if len(b.violations) > 0 {
+		b.t.Fatalf("the rollout broke the strategy (at least %d available, at most %d active) in %d of %d looks, first: %s",
+			b.minAvailable, b.maxActive, len(b.violations), b.looks, b.violations[0])
+	}
+	b.t.Logf("the rollout kept its bounds in %d looks", b.looks)
 }
 
 func names[T any](items []T, name func(T) string) []string {
@@ -432,6 +518,27 @@ func (f *fixture) settled(n int) func() error {
 		}
 		return nil
 	}
+}
+
+// quiet waits until no ContainerMachine or Machine of the pool has changed
+// for d, so that nothing but what the test does next reconciles them.
+func (f *fixture) quiet(d time.Duration) {
+	f.t.Helper()
+	versions := func() string {
+		s := f.state()
+		v := names(s.cms, func(c infrav1.ContainerMachine) string { return c.Name + "@" + c.ResourceVersion })
+		return fmt.Sprint(v, names(s.machines, func(m clusterv1.Machine) string { return m.Name + "@" + m.ResourceVersion }))
+	}
+	last, since := versions(), time.Now()
+	eventually(f.t, settle, fmt.Sprintf("the pool's machines to be left alone for %s", d), func() error {
+		if v := versions(); v != last {
+			last, since = v, time.Now()
+		}
+		if quiet := time.Since(since); quiet < d {
+			return fmt.Errorf("last change %s ago: %s", quiet.Round(time.Millisecond), last)
+		}
+		return nil
+	})
 }
 
 func (f *fixture) scale(n int32) {

@@ -166,6 +166,20 @@ func RunForeign(ctx context.Context, rt *docker.Runtime, name, network, image st
 	return remove, nil
 }
 
+// FileMode is the permission bits of path in the container, from the
+// engine's archive metadata (what `docker cp` sees), so that it needs no
+// tool inside the container; busybox images have no stat.
+func FileMode(ctx context.Context, rt *docker.Runtime, name, path string) (os.FileMode, error) {
+	st, err := rt.Client().ContainerStatPath(ctx, name, path)
+	if err != nil {
+		return 0, fmt.Errorf("failed to stat %s in container %s: %w", path, name, err)
+	}
+	if !st.Mode.IsRegular() {
+		return 0, fmt.Errorf("%s in container %s is not a regular file: %s", path, name, st.Mode)
+	}
+	return st.Mode.Perm(), nil
+}
+
 // Restart restarts the container through the engine, behind CAPCT's back.
 func Restart(ctx context.Context, rt *docker.Runtime, name string) error {
 	return rt.Client().ContainerRestart(ctx, name, dcontainer.StopOptions{})

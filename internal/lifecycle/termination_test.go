@@ -1,0 +1,236 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	fakeruntime "github.com/capct/cluster-api-provider-container/internal/container/fake"
+	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+)
+
+// launched returns a scope whose container Launch has created.
+func (e *env) launched(mutate func(*MachineScope)) *MachineScope {
+	e.t.Helper()
+	s := newScope()
+	if mutate != nil {
+		mutate(s)
+	}
+	if _, err := (&Launch{e.deps}).Reconcile(context.Background(), s); err != nil {
+		e.t.Fatal(err)
+	}
+	wantCondition(e.t, s, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
+	return s
+}
+
+// terminate runs Termination until it reports done, at most a few passes.
+func (e *env) terminate(term *Termination, s *MachineScope) {
+	e.t.Helper()
+	for range 3 {
+		done, res, err := term.Reconcile(context.Background(), s)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if done {
+			return
+		}
+		if res.RequeueAfter == 0 {
+			e.t.Fatal("termination is not done and asks for no requeue")
+		}
+	}
+	e.t.Fatal("termination is not done after 3 passes")
+}
+
+func (e *env) exists(name string) bool {
+	e.t.Helper()
+	_, err := e.runtime.Inspect(context.Background(), name)
+	if err != nil && !container.IsNotFound(err) {
+		e.t.Fatal(err)
+	}
+	return err == nil
+}
+
+// TestTerminationDeletesTheContainerOnceConfirmed: the container is deleted,
+// and the deletion is reported done only once it is confirmed gone.
+func TestTerminationDeletesTheContainerOnceConfirmed(t *testing.T) {
+	e := newEnv(t, cloudConfig)
+	s := e.launched(nil)
+	term := &Termination{Deps: e.deps}
+	done, res, err := term.Reconcile(context.Background(), s)
+	if err != nil || done || res.RequeueAfter == 0 {
+		t.Fatalf("the first pass: done %v, %v, %v; want a requeue to confirm the deletion", done, res, err)
+	}
+	if e.exists(cpName) {
+		t.Fatal("the container was not deleted")
+	}
+	e.terminate(term, s)
+}
+
+// TestTerminationLeavesAnotherOwnersContainer: a container with the
+// machine's name that another cluster owns is not deleted, and does not
+// hold up the machine's deletion.
+func TestTerminationLeavesAnotherOwnersContainer(t *testing.T) {
+	e := newEnv(t, cloudConfig)
+	ctx := context.Background()
+	stranger := clusterOwner.ForMachine("cp-0")
+	stranger.ClusterID = "another-id"
+	if _, err := e.runtime.CreateMachine(ctx, container.MachineSpec{Name: cpName, Image: "other", Network: "capct-c1", Labels: stranger.Labels()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.runtime.Start(ctx, cpName, stranger); err != nil {
+		t.Fatal(err)
+	}
+	e.terminate(&Termination{Deps: e.deps}, newScope())
+	if !e.exists(cpName) {
+		t.Fatal("the container of another cluster was deleted")
+	}
+	select {
+	case ev := <-e.recorder.Events:
+		t.Fatalf("an event for a container that is not ours: %s", ev)
+	default:
+	}
+}
+
+// lbEnv is a cluster with a running load balancer and two control-plane
+// machines, cp-0 (the scope's, launched) and cp-1, both its backends.
+type lbEnv struct {
+	*env
+	s    *MachineScope
+	lb   *loadbalancer.LoadBalancer
+	name string
+}
+
+func newLBEnv(t *testing.T) *lbEnv {
+	e := &lbEnv{env: newEnv(t, cloudConfig)}
+	ctx := context.Background()
+	e.s = e.launched(nil)
+	e.runtime.AddImage(loadbalancer.DefaultImage, nil)
+	e.lb = &loadbalancer.LoadBalancer{Client: e.mgmt, Runtime: e.runtime}
+	m, err := e.lb.Ensure(ctx, loadbalancer.Spec{Cluster: e.s.Cluster, ContainerCluster: e.s.ContainerCluster, Network: "capct-c1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.name = m.Name
+	for _, cm := range []*infrav1.ContainerMachine{
+		e.s.ContainerMachine.DeepCopy(),
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cp-1", Labels: e.s.ContainerMachine.Labels},
+			Status: infrav1.ContainerMachineStatus{Addresses: []clusterv1.MachineAddress{{Type: clusterv1.MachineInternalIP, Address: "10.99.0.2"}}}},
+	} {
+		// The test's client has no status subresource: Create keeps the
+		// addresses.
+		cm.Finalizers = []string{infrav1.MachineFinalizer}
+		if err := e.mgmt.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.lb.Sync(ctx, e.s.Cluster, e.s.ContainerCluster); err != nil {
+		t.Fatal(err)
+	}
+	e.wantWeights(map[string]int{"cp-0": 100, "cp-1": 100})
+	return e
+}
+
+// deleting marks the scope's ContainerMachine deleted, as the API server
+// does while its finalizer holds it.
+func (e *lbEnv) deleting() {
+	e.t.Helper()
+	ctx := context.Background()
+	cm := e.s.ContainerMachine
+	if err := e.mgmt.Delete(ctx, cm); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.mgmt.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+var serverLine = regexp.MustCompile(`(?m)^\s*server (\S+) \S+ weight (\d+)`)
+
+// wantWeights checks the backends and weights of the load balancer's
+// configuration.
+func (e *lbEnv) wantWeights(want map[string]int) {
+	e.t.Helper()
+	cfg, err := e.runtime.ReadFile(context.Background(), e.name, loadbalancer.ConfigPath)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, m := range serverLine.FindAllStringSubmatch(string(cfg), -1) {
+		var w int
+		if _, err := fmt.Sscan(m[2], &w); err != nil {
+			e.t.Fatal(err)
+		}
+		got[m[1]] = w
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		e.t.Fatalf("load balancer backends %v, want %v:\n%s", got, want, cfg)
+	}
+}
+
+// TestTerminationDrainsAControlPlaneMachineFirst: a control-plane machine's
+// weight is 0 in the load balancer, which reloaded, before its container is
+// deleted: at the moment of the delete (here made to fail) the drained
+// configuration is in place.
+func TestTerminationDrainsAControlPlaneMachineFirst(t *testing.T) {
+	e := newLBEnv(t)
+	e.deleting()
+	signals := len(e.runtime.Signals())
+	e.runtime.FailNext(fakeruntime.OpDelete, errors.New("the engine failed the delete"))
+	term := &Termination{Deps: e.deps, LoadBalancer: e.lb}
+	if _, _, err := term.Reconcile(context.Background(), e.s); err == nil || !strings.Contains(err.Error(), "the engine failed the delete") {
+		t.Fatalf("want the failed delete reported, got %v", err)
+	}
+	if !e.exists(cpName) {
+		t.Fatal("the container is gone although its delete failed")
+	}
+	e.wantWeights(map[string]int{"cp-0": 0, "cp-1": 100})
+	if got := e.runtime.Signals(); len(got) != signals+1 {
+		t.Fatalf("signals %v: want one reload of the load balancer before the delete", got)
+	}
+
+	e.terminate(term, e.s)
+	if e.exists(cpName) {
+		t.Fatal("the container was not deleted")
+	}
+}
+
+// TestTerminationLeavesTheLoadBalancerAlone: a worker is no backend, and a
+// cluster that is being deleted loses its load balancer anyway; neither
+// rewrites it.
+func TestTerminationLeavesTheLoadBalancerAlone(t *testing.T) {
+	testCases := []struct {
+		name   string
+		mutate func(*MachineScope)
+	}{
+		{"a worker", func(s *MachineScope) { delete(s.ContainerMachine.Labels, clusterv1.MachineControlPlaneLabel) }},
+		{"a control-plane machine of a cluster being deleted", func(s *MachineScope) {
+			now := metav1.NewTime(start)
+			s.ContainerCluster.DeletionTimestamp = &now
+		}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newLBEnv(t)
+			e.deleting()
+			tc.mutate(e.s)
+			signals := len(e.runtime.Signals())
+			e.terminate(&Termination{Deps: e.deps, LoadBalancer: e.lb}, e.s)
+			if e.exists(cpName) {
+				t.Fatal("the container was not deleted")
+			}
+			e.wantWeights(map[string]int{"cp-0": 100, "cp-1": 100})
+			if got := e.runtime.Signals(); len(got) != signals {
+				t.Fatalf("the load balancer was reloaded: %v", got)
+			}
+		})
+	}
+}
