@@ -5,7 +5,9 @@
 # CGO_ENABLED=1 itself. Safe to run again.
 set -euo pipefail
 
-log() { echo "ensure-cgo: $*" >&2; }
+log_name=ensure-cgo
+# shellcheck source=hack/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 cc=$(CGO_ENABLED=1 go env CC)
 if command -v "${cc%% *}" >/dev/null 2>&1; then
