@@ -74,14 +74,9 @@ const (
 // machines may or may not include cm; cm's own record is read from the
 // listed copy when there is one, since that is what the API server holds.
 func Decide(cfg ipam.Config, machines []infrav1.ContainerMachine, nodes []corev1.Node, cm *infrav1.ContainerMachine, node *corev1.Node) (Decision, error) {
-	live := cm
-	found := false
-	for i := range machines {
-		if machines[i].Namespace == cm.Namespace && machines[i].Name == cm.Name {
-			live, found = &machines[i], true
-		}
-	}
-	if !found {
+	live := listed(machines, cm)
+	if live == nil {
+		live = cm
 		machines = append(slices.Clip(machines), *cm.DeepCopy())
 	}
 	// The Node the decision is about is the caller's; make the rebuild see
@@ -150,6 +145,16 @@ func Decide(cfg ipam.Config, machines []infrav1.ContainerMachine, nodes []corev1
 	}
 	d.Reason, d.Message, d.Usage = infrav1.SucceededReason, "Pod CIDRs "+FormatPodCIDRs(d.CIDRs), alloc.Usage()
 	return d, nil
+}
+
+// listed returns the listed copy of cm, as the API server holds it, or nil.
+func listed(machines []infrav1.ContainerMachine, cm *infrav1.ContainerMachine) *infrav1.ContainerMachine {
+	for i := range machines {
+		if machines[i].Namespace == cm.Namespace && machines[i].Name == cm.Name {
+			return &machines[i]
+		}
+	}
+	return nil
 }
 
 func covers(held, want []netip.Prefix) bool {

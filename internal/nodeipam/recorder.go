@@ -132,7 +132,10 @@ func (r *Recorder) Allocate(ctx context.Context, req Request) (Decision, error) 
 	if !d.Done() {
 		return r.failed(d), nil
 	}
-	previous := recordOf(machines.Items, cm)
+	previous := cm.Annotations[infrav1.PodCIDRsAnnotation]
+	if live := listed(machines.Items, cm); live != nil {
+		previous = live.Annotations[infrav1.PodCIDRsAnnotation]
+	}
 	if value := FormatPodCIDRs(d.CIDRs); previous != value {
 		if err := r.record(ctx, cm, value); err != nil {
 			return Decision{}, err
@@ -163,16 +166,6 @@ func (r *Recorder) record(ctx context.Context, cm *infrav1.ContainerMachine, val
 		return fmt.Errorf("failed to record pod CIDRs %s on ContainerMachine %s: %w", value, klog.KObj(cm), err)
 	}
 	return nil
-}
-
-// recordOf returns the pod-cidrs record of cm as the API server holds it.
-func recordOf(machines []infrav1.ContainerMachine, cm *infrav1.ContainerMachine) string {
-	for i := range machines {
-		if machines[i].Namespace == cm.Namespace && machines[i].Name == cm.Name {
-			return machines[i].Annotations[infrav1.PodCIDRsAnnotation]
-		}
-	}
-	return cm.Annotations[infrav1.PodCIDRsAnnotation]
 }
 
 // unreported returns the records not returned before, and remembers them.
