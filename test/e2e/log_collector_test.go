@@ -33,7 +33,9 @@ var nodeLogs = [][]string{
 	// The bootstrap run's marks (internal/provisioning), not its staged
 	// files: those hold the bootstrap data's secrets.
 	{"bootstrap-marks.txt", "sh", "-c", "ls -la --time-style=full-iso /var/lib/capct/bootstrap /run/capct 2>&1"},
-	{"crictl-ps.txt", "crictl", "ps", "-a"},
+	// The node image has containerd's ctr, not crictl: the kubelet's
+	// containers (their images), then their tasks' state.
+	{"containers.txt", "sh", "-c", "ctr --namespace=k8s.io containers list; echo; ctr --namespace=k8s.io tasks list"},
 	// The kubelet's own credentials: the node authorizer lets a node list
 	// the pods bound to it.
 	{"pods.txt", "sh", "-c", `kubectl --kubeconfig /etc/kubernetes/kubelet.conf get pods -A -o wide --field-selector spec.nodeName="$(hostname)"`},
