@@ -16,8 +16,8 @@
 # every cluster and the management cluster (quickstart.sh down), and fails
 # if anything is left.
 #
-# Environment: E2E_LABELS (ginkgo label filter, default "quick-start ||
-# machine-pool"), E2E_SKIP_CLEANUP=true leaves everything in place,
+# Environment: E2E_LABELS (ginkgo label filter; empty or unset runs every
+# spec), E2E_SKIP_CLEANUP=true leaves everything in place,
 # E2E_TIMEOUT (ginkgo's, 2h).
 #
 # Runs real clusters: under the Docker lock where others share the engine
@@ -30,10 +30,14 @@ export MGMT_NAME=${MGMT_NAME:-capct-e2e}
 export QUICKSTART_CLUSTER=${QUICKSTART_CLUSTER:-e2e}
 export QUICKSTART_OUT=${QUICKSTART_OUT:-$root/out/e2e}
 export LOG_NAME=e2e
+# The management network gets an IPv6 /64 too, for the dual-stack
+# QuickStart; the other specs' IPv4 clusters ignore it, as kind's do on its
+# dual-stack network.
+export MGMT_IPV6=${MGMT_IPV6:-true}
 # shellcheck source=hack/quickstart/quickstart.sh
 source "$root/hack/quickstart/quickstart.sh"
 
-labels=${E2E_LABELS:-quick-start || machine-pool}
+labels=${E2E_LABELS:-}
 skip_cleanup=${E2E_SKIP_CLEANUP:-false}
 artifacts=$QS_OUT/artifacts
 suite=$QS_ROOT/test/e2e
@@ -56,14 +60,16 @@ run() {
   [[ -x "$ginkgo" ]] || (cd "$suite" && go build -o "$ginkgo" github.com/onsi/ginkgo/v2/ginkgo)
   log "$ginkgo"
 
-  step "Cluster API e2e specs: $labels"
+  step "Cluster API e2e specs: ${labels:-every spec}"
   rm -rf "$artifacts"
   mkdir -p "$artifacts"
-  local rc=0
-  (cd "$suite" && "$ginkgo" run -tags e2e -v --timeout "${E2E_TIMEOUT:-2h}" --label-filter "$labels" \
+  local rc=0 filter=()
+  [[ -z "$labels" ]] || filter=(--label-filter "$labels")
+  (cd "$suite" && "$ginkgo" run -tags e2e -v --timeout "${E2E_TIMEOUT:-2h}" "${filter[@]}" \
     --output-dir "$artifacts" --junit-report junit.e2e.xml . -- \
     -e2e.config="$suite/config/container.yaml" -e2e.use-existing-cluster \
     -e2e.kubeconfig="$mgmt_kubeconfig" -e2e.artifacts-folder="$artifacts" \
+    -e2e.cert-manager-from="$QS_OUT/clusterctl.yaml" \
     -e2e.skip-resource-cleanup="$skip_cleanup") || rc=$?
   log "junit report: $artifacts/junit.e2e.xml"
   report_memory

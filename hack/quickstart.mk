@@ -62,6 +62,16 @@ bench-node-capacity: ## How many real nodes this host runs at once, all Ready (M
 bench-capd: ## CAPCT against CAPD on one management cluster: time to 3 Machines Running and to deletion (ROUNDS=2)
 	hack/bench/capd-vs-capct.sh
 
+# E2E_LABELS: a ginkgo label filter over the specs; empty runs every one
+# (docs/e2e.md lists the labels).
+E2E_LABELS ?=
+# What `make test` runs of them: enough to prove the wiring within CI's time.
+E2E_TEST_SUBSET ?= quick-start || machine-pool
+
 .PHONY: test-e2e
-test-e2e: ## Cluster API's own e2e specs (test/e2e) on a quickstart-made management cluster, offline; junit in out/e2e/artifacts
-	QUICKSTART_VERSION=$(QUICKSTART_VERSION) hack/e2e.sh
+test-e2e: ## Cluster API's own e2e specs (test/e2e), every one or E2E_LABELS, on a quickstart-made management cluster, offline; junit in out/e2e/artifacts
+	QUICKSTART_VERSION=$(QUICKSTART_VERSION) E2E_LABELS='$(E2E_LABELS)' hack/e2e.sh
+
+.PHONY: test-e2e-subset
+test-e2e-subset: ## The e2e specs `make test` runs: QuickStart with the resilience checks, and MachinePool
+	$(MAKE) test-e2e E2E_LABELS='$(E2E_TEST_SUBSET)'

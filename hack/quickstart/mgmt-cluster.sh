@@ -28,6 +28,9 @@
 #
 # Environment: NODE_IMAGE (capct/node:v1.35.4), MGMT_NAME (capct-mgmt),
 # MGMT_NETWORK (the network's name, default MGMT_NAME), MGMT_API_PORT,
+# MGMT_IPV6 (true: the network gets an IPv6 /64 too, derived as CAPCT
+# derives its own, so that dual-stack and IPv6 workload clusters can share
+# it as their Unmanaged network; the management cluster stays IPv4),
 # MGMT_RESTART_TIMEOUT (seconds to wait for an existing node's API server,
 # 240), QUICKSTART_VERSION (v0.1.0, the manager image's tag),
 # CERT_MANAGER_VERSION (v1.21.1).
@@ -80,13 +83,19 @@ api_answers() { "${kubectl_in_node[@]}" get --raw /readyz >/dev/null 2>&1; }
 ip2int() { local IFS=. a b c d; read -r a b c d <<<"$1"; echo $(((a << 24) | (b << 16) | (c << 8) | d)); }
 int2ip() { echo "$(($1 >> 24 & 255)).$(($1 >> 16 & 255)).$(($1 >> 8 & 255)).$(($1 & 255))"; }
 
+# name_hash NAME ATTEMPT: sha256(NAME, ATTEMPT as 4 big-endian bytes) in
+# hex, the hash container.Subnets derives subnets from.
+name_hash() {
+  { printf '%s' "$1"; printf '%b' "\\x00\\x00\\x00\\x$(printf %02x "$2")"; } | sha256sum
+}
+
 # derived_subnet NAME ATTEMPT: the /20 inside 172.16.0.0/12 that CAPCT's
 # container.Subnets derives for a network of that name: the first byte n of
 # sha256(NAME, ATTEMPT as 4 big-endian bytes) gives 172.(16+n>>4).((n&15)<<4).0/20.
 derived_subnet() {
   local n
-  n=$( { printf '%s' "$1"; printf '%b' "\\x00\\x00\\x00\\x$(printf %02x "$2")"; } | sha256sum | cut -c1-2)
-  n=$((16#$n))
+  n=$(name_hash "$1" "$2")
+  n=$((16#${n:0:2}))
   echo "172.$((16 + (n >> 4))).$(((n & 15) << 4)).0/20"
 }
 
@@ -108,21 +117,38 @@ overlaps_existing() {
   return 1
 }
 
+# derived_ipv6_prefix NAME ATTEMPT: the first four groups of the /64 inside
+# fc00::/8 that CAPCT's container.Subnets derives: fc, then bytes 1-7 of
+# sha256(NAME, ATTEMPT as 4 big-endian bytes).
+derived_ipv6_prefix() {
+  local h
+  h=$(name_hash "$1" "$2")
+  echo "fc${h:2:2}:${h:4:4}:${h:8:4}:${h:12:4}"
+}
+
 # create_network: the bridge network, on the first derived subnet that no
 # network uses, with the upper half of it as the engine's range for dynamic
 # addresses (the lower half is for fixed ones: this node's and CAPCT's).
+# With MGMT_IPV6=true also an IPv6 /64, with the engine's range where
+# container.DynamicRange puts it (:8000::/66; Docker 20.10 cannot use a
+# range that ends at the subnet's last address).
 create_network() {
-  local attempt subnet base out
+  local attempt subnet base out v6=()
   for attempt in 0 1 2 3 4; do
     subnet=$(derived_subnet "$network" "$attempt")
     if overlaps_existing "$subnet"; then
       continue
     fi
     base=$(ip2int "${subnet%/*}")
+    if [[ "${MGMT_IPV6:-false}" == true ]]; then
+      local p6
+      p6=$(derived_ipv6_prefix "$network" "$attempt")
+      v6=(--ipv6 --subnet "$p6::/64" --gateway "$p6::1" --ip-range "$p6:8000::/66")
+    fi
     if out=$(docker network create --driver bridge --label "$label" \
       --subnet "$subnet" --gateway "$(int2ip $((base + 1)))" --ip-range "$(int2ip $((base + 2048)))/21" \
-      "$network" 2>&1); then
-      log "created network $network: $subnet, dynamic addresses from $(int2ip $((base + 2048)))/21"
+      "${v6[@]}" "$network" 2>&1); then
+      log "created network $network: $subnet, dynamic addresses from $(int2ip $((base + 2048)))/21${v6:+; ${v6[2]}, dynamic from ${v6[6]}}"
       return
     fi
     grep -qi overlap <<<"$out" || die "docker network create $network failed: $out"

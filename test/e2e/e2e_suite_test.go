@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
@@ -27,6 +29,7 @@ var (
 	skipCleanup        bool
 	useExistingCluster bool
 	kubeconfigPath     string
+	certManagerFrom    string
 )
 
 func init() {
@@ -37,6 +40,7 @@ func init() {
 	// helpers would create a kind cluster, whose node image is pulled.
 	flag.BoolVar(&useExistingCluster, "e2e.use-existing-cluster", false, "run against the management cluster of -e2e.kubeconfig (required)")
 	flag.StringVar(&kubeconfigPath, "e2e.kubeconfig", os.Getenv("KUBECONFIG"), "the existing management cluster's kubeconfig")
+	flag.StringVar(&certManagerFrom, "e2e.cert-manager-from", "", "a clusterctl configuration whose cert-manager source (url, version) the specs' clusterctl init uses, so that nothing is fetched")
 }
 
 // What SynchronizedBeforeSuite prepares, shared by every spec.
@@ -67,6 +71,12 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 		E2EConfig:        cfg,
 		RepositoryFolder: filepath.Join(artifactFolder, "repository"),
 	})
+
+	if certManagerFrom != "" {
+		// The self-hosted spec runs clusterctl init on a workload cluster,
+		// which installs cert-manager first.
+		Expect(copyCertManagerSource(certManagerFrom, repo)).To(Succeed())
+	}
 
 	proxy := framework.NewClusterProxy(cfg.ManagementClusterName, kubeconfigPath, scheme())
 	Expect(proxy).ToNot(BeNil())
@@ -101,6 +111,32 @@ var _ = SynchronizedAfterSuite(func() {
 		bootstrapClusterProxy.Dispose(ctx)
 	}
 }, func() {})
+
+// copyCertManagerSource sets the cert-manager section of the clusterctl
+// configuration dst to that of src. CreateRepository writes none, and
+// clusterctl init would then fetch cert-manager's manifest from GitHub.
+func copyCertManagerSource(src, dst string) error {
+	var from, to map[string]any
+	for path, into := range map[string]*map[string]any{src: &from, dst: &to} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("failed to read clusterctl configuration %s: %w", path, err)
+		}
+		if err := yaml.Unmarshal(data, into); err != nil {
+			return fmt.Errorf("failed to parse clusterctl configuration %s: %w", path, err)
+		}
+	}
+	source, ok := from["cert-manager"]
+	if !ok {
+		return fmt.Errorf("clusterctl configuration %s has no cert-manager section", src)
+	}
+	to["cert-manager"] = source
+	data, err := yaml.Marshal(to)
+	if err != nil {
+		return fmt.Errorf("failed to encode clusterctl configuration %s: %w", dst, err)
+	}
+	return os.WriteFile(dst, data, 0o600)
+}
 
 // scheme is CAPI's test scheme with CAPCT's kinds.
 func scheme() *runtime.Scheme {

@@ -3,7 +3,11 @@
 package e2e
 
 import (
+	"strings"
+
 	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -47,6 +51,65 @@ var _ = Describe("When following the Cluster API quick-start with ClusterClass",
 		}
 	})
 })
+
+var _ = Describe("When following the Cluster API quick-start with dual stack", Label("quick-start-dualstack"), func() {
+	capie2e.QuickStartSpec(ctx, func() capie2e.QuickStartSpecInput {
+		return capie2e.QuickStartSpecInput{
+			E2EConfig:              e2eConfig,
+			ClusterctlConfigPath:   clusterctlConfigPath,
+			BootstrapClusterProxy:  bootstrapClusterProxy,
+			ArtifactFolder:         artifactFolder,
+			SkipCleanup:            skipCleanup,
+			InfrastructureProvider: ptr.To("container"),
+			// IPv4 and IPv6 pod and service networks, on the management
+			// cluster's network, which hack/e2e.sh makes dual stack.
+			Flavor: ptr.To("dualstack"),
+			// Cluster API's own dual-stack quick-starts run kubetest, whose
+			// image would be pulled; these checks stand in for it.
+			PostMachinesProvisioned: func(proxy framework.ClusterProxy, namespace, clusterName string) {
+				validateDualStack(proxy.GetWorkloadCluster(ctx, namespace, clusterName))
+			},
+		}
+	})
+})
+
+// validateDualStack checks what makes a workload cluster dual stack: every
+// Node has a pod CIDR of each family (CAPCT's node IPAM), and its API server
+// gives a Service that requires both families an address of each.
+func validateDualStack(workload framework.ClusterProxy) {
+	c := workload.GetClient()
+	By("Checking that every Node has an IPv4 and an IPv6 pod CIDR")
+	nodes := &corev1.NodeList{}
+	Expect(c.List(ctx, nodes)).To(Succeed())
+	Expect(nodes.Items).NotTo(BeEmpty())
+	for _, n := range nodes.Items {
+		Expect(ipFamilies(n.Spec.PodCIDRs)).To(Equal([]string{"IPv4", "IPv6"}), "Node %s's pod CIDRs %v", n.Name, n.Spec.PodCIDRs)
+	}
+	By("Checking that a Service requiring dual stack gets an address of each family")
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "dualstack-", Namespace: metav1.NamespaceDefault},
+		Spec: corev1.ServiceSpec{
+			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyRequireDualStack),
+			Ports:          []corev1.ServicePort{{Port: 80}},
+		},
+	}
+	Expect(c.Create(ctx, svc)).To(Succeed())
+	defer func() { Expect(c.Delete(ctx, svc)).To(Succeed()) }()
+	Expect(ipFamilies(svc.Spec.ClusterIPs)).To(Equal([]string{"IPv4", "IPv6"}), "Service %s's cluster IPs %v", svc.Name, svc.Spec.ClusterIPs)
+}
+
+// ipFamilies names the IP family of each address or prefix, in order.
+func ipFamilies(values []string) []string {
+	families := make([]string, 0, len(values))
+	for _, v := range values {
+		family := "IPv4"
+		if strings.Contains(v, ":") {
+			family = "IPv6"
+		}
+		families = append(families, family)
+	}
+	return families
+}
 
 // validateResilience runs the checks CAPI's own quick-start runs once the
 // machines are provisioned, with CAPCT's assertion maps beside CAPI's:
