@@ -52,6 +52,36 @@ raise_host_limits() {
   fi
 }
 
+# mount_cgroup_controllers: on a cgroup v1 host (a tmpfs at /sys/fs/cgroup),
+# mounts every enabled controller that no mount here holds, together with
+# the controllers that share its hierarchy, as cgroupfs-mount and systemd
+# do. runc gives a container a cgroup of its own only in the hierarchies
+# mounted here, but shows the container all of them. A controller left
+# unmounted can still get a hierarchy later (a privileged systemd in a
+# container mounts what it finds missing: seen with a node container on
+# Podman); node containers started after that fail in their kubelet with
+# 'cgroup ["kubelet"] has some missing paths: /sys/fs/cgroup/hugetlb/kubelet.slice'.
+mount_cgroup_controllers() {
+  [[ "$(stat -f -c %T /sys/fs/cgroup 2>/dev/null)" == tmpfs ]] || return 0
+  local name hierarchy enabled key opts mounted
+  local -A groups=()
+  while read -r name hierarchy _ enabled; do
+    [[ "$name" != \#* && "$enabled" == 1 ]] || continue
+    key=$name
+    ((hierarchy == 0)) || key=h$hierarchy
+    groups[$key]+=${groups[$key]:+,}$name
+  done </proc/cgroups
+  mounted=$(awk '$3 == "cgroup" {print $4}' /proc/self/mounts | tr ',' '\n')
+  for opts in "${groups[@]}"; do
+    grep -qx "${opts%%,*}" <<<"$mounted" && continue
+    if mkdir -p "/sys/fs/cgroup/$opts" && mount -t cgroup -o "$opts" cgroup "/sys/fs/cgroup/$opts" 2>/dev/null; then
+      log "mounted the cgroup controllers $opts at /sys/fs/cgroup/$opts"
+    else
+      log "WARNING: cannot mount the cgroup controllers $opts; node containers may fail if another engine or container mounts them later"
+    fi
+  done
+}
+
 # busybox-static: the Docker tests build their small test image from
 # /bin/busybox, since no image can be pulled.
 if ! command -v dockerd >/dev/null 2>&1 || ! command -v jq >/dev/null 2>&1 || [[ ! -x /bin/busybox ]]; then
@@ -83,6 +113,7 @@ if $needs_wrapper; then
 fi
 
 raise_host_limits
+mount_cgroup_controllers
 
 if docker info >/dev/null 2>&1; then
   if $config_changed; then
