@@ -85,6 +85,18 @@ func nodePodCIDRs(n *corev1.Node) []string {
 	return nil
 }
 
+// NodeHoldsRecord reports whether node holds exactly the pod CIDRs recorded
+// on cm. Once a decision has been applied, that is all a later pass would
+// find (Decide's first rule), so the caller need not list the cluster again.
+func NodeHoldsRecord(node *corev1.Node, cm *infrav1.ContainerMachine) bool {
+	recorded, errs := ParsePodCIDRs(cm.Annotations[infrav1.PodCIDRsAnnotation])
+	if len(errs) > 0 || len(recorded) == 0 {
+		return false
+	}
+	onNode, errs := ParsePodCIDRs(strings.Join(nodePodCIDRs(node), ","))
+	return len(errs) == 0 && sameSet(onNode, recorded)
+}
+
 func sameSet(a, b []netip.Prefix) bool {
 	if len(a) != len(b) {
 		return false
