@@ -262,6 +262,7 @@ moved_containers() {
        ([(.status.addresses // [])[] | select(.type == "InternalIP" and (.address | test("^[0-9.]+$"))) | .address][0] // "")]
     | @tsv' | while IFS=$'\t' read -r name recorded; do
     [[ -n "$recorded" ]] || continue
+    # shellcheck disable=SC2016 # a Go template, not a shell expansion
     current=$(wl_engine inspect -f '{{if .State.Running}}{{range $n, $e := .NetworkSettings.Networks}}{{if eq $n $.HostConfig.NetworkMode}}{{$e.IPAddress}}{{end}}{{end}}{{end}}' "$name" 2>/dev/null) || continue
     [[ -z "$current" || "$current" == "$recorded" ]] || echo "$name runs on $current, but its machine was provisioned on $recorded"
   done
