@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -243,7 +244,11 @@ func (r *Runtime) libpodGet(ctx context.Context, path string, out any) error {
 			Message string `json:"message"`
 		}
 		_ = json.Unmarshal(body, &msg)
-		return fmt.Errorf("podman API %s: %s: %s", path, resp.Status, msg.Message)
+		if resp.StatusCode == http.StatusNotFound {
+			// Gone since the compatible API answered: what callers branch on.
+			return container.NewError("read", "podman API", path, container.KindNotFound, errors.New(msg.Message))
+		}
+		return fmt.Errorf("failed to read podman API %s: %s: %s", path, resp.Status, msg.Message)
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("failed to decode podman API %s: %w", path, err)
