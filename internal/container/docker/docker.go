@@ -330,9 +330,14 @@ func (r *Runtime) CreateMachine(ctx context.Context, spec container.MachineSpec)
 		return m, err
 	}
 	cfg, hc, nc := r.configs(spec)
-	_, err := r.cli.ContainerCreate(ctx, cfg, hc, nc, nil, spec.Name)
+	var err error
+	if r.podman {
+		err = r.podmanCreate(ctx, spec.Name, cfg, hc, nc)
+	} else {
+		_, err = r.cli.ContainerCreate(ctx, cfg, hc, nc, nil, spec.Name)
+	}
 	if err != nil {
-		if cerrdefs.IsConflict(err) {
+		if cerrdefs.IsConflict(err) || container.IsConflict(err) {
 			// Lost a race with another creator of the same name.
 			return r.adopt(ctx, spec)
 		}

@@ -1,9 +1,9 @@
 package docker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -11,8 +11,12 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"sort"
+	"strconv"
 	"strings"
 
+	dcontainer "github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
@@ -24,6 +28,9 @@ import (
 // Where Podman 4.3's compatible API behaves differently, the functions of
 // this file hide it; docs/runtime.md lists the differences:
 //
+//   - It ignores the cgroup namespace asked for at create, which a node
+//     needs on a cgroup v1 host: containers are created through Podman's
+//     own API instead (see podmanSpec), from the same configuration.
 //   - It does not report what a container was created with: the image
 //     reference as given (it qualifies short names), the static
 //     addresses (IPAMConfig is always null) and the host ports asked for
@@ -214,9 +221,16 @@ func spanning(a, b netip.Addr) netip.Prefix {
 	return p
 }
 
-// libpodGet reads path of Podman's own API (v4, which Podman 4.x serves)
-// into out, on the connection of the Docker client.
+// libpodGet reads path of Podman's own API into out.
 func (r *Runtime) libpodGet(ctx context.Context, path string, out any) error {
+	return r.libpod(ctx, http.MethodGet, path, nil, out)
+}
+
+// libpod calls path of Podman's own API (v4, which Podman 4.x serves) on
+// the connection of the Docker client, sending in as JSON when not nil and
+// decoding the answer into out when not nil. A refusal is a *container.Error
+// of the kind its status says (404 not found, 409 conflict).
+func (r *Runtime) libpod(ctx context.Context, method, path string, in, out any) error {
 	host, err := client.ParseHostURL(r.cli.DaemonHost())
 	if err != nil {
 		return err
@@ -226,31 +240,49 @@ func (r *Runtime) libpodGet(ctx context.Context, path string, out any) error {
 		// The client's transport dials the socket whatever the URL's host.
 		u.Host = "podman"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
 		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := r.cli.HTTPClient().Do(req)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return err
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode >= 300 {
 		var msg struct {
 			Message string `json:"message"`
 		}
-		_ = json.Unmarshal(body, &msg)
-		if resp.StatusCode == http.StatusNotFound {
-			// Gone since the compatible API answered: what callers branch on.
-			return container.NewError("read", "podman API", path, container.KindNotFound, errors.New(msg.Message))
+		_ = json.Unmarshal(answer, &msg)
+		kind := container.KindUnknown
+		switch {
+		case resp.StatusCode == http.StatusNotFound:
+			kind = container.KindNotFound
+		case resp.StatusCode == http.StatusConflict, strings.Contains(msg.Message, "name is already in use"):
+			kind = container.KindConflict
 		}
-		return fmt.Errorf("failed to read podman API %s: %s: %s", path, resp.Status, msg.Message)
+		return container.NewError(strings.ToLower(method), "podman API", path, kind,
+			fmt.Errorf("%s: %s", resp.Status, msg.Message))
 	}
-	if err := json.Unmarshal(body, out); err != nil {
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(answer, out); err != nil {
 		return fmt.Errorf("failed to decode podman API %s: %w", path, err)
 	}
 	return nil
@@ -283,4 +315,204 @@ func NewEngine(engine container.Engine, opts ...Option) (*Runtime, error) {
 // is tried. m is the lower-cased message.
 func isPodmanSubnetUsed(m string) bool {
 	return strings.Contains(m, "is already used on the host or by another config")
+}
+
+// ---- create through libpod ----
+
+// Podman 4.3's compatible API ignores HostConfig.CgroupnsMode, and on a
+// cgroup v1 host a node container then shares the host's cgroup namespace,
+// where its kubelet fails ("cgroup [kubelet] has some missing paths").
+// Podman's own create call honours it, so the Podman backend creates
+// containers there, from the very configuration that configs builds for
+// Docker: what a machine gets is decided in one place, and podmanSpec only
+// translates it.
+
+// podmanSpec is the part of libpod's SpecGenerator (Podman 4.x) that CAPCT
+// sets.
+type podmanSpec struct {
+	Name           string                       `json:"name"`
+	Image          string                       `json:"image"`
+	Hostname       string                       `json:"hostname,omitempty"`
+	Labels         map[string]string            `json:"labels,omitempty"`
+	Env            map[string]string            `json:"env,omitempty"`
+	Entrypoint     []string                     `json:"entrypoint,omitempty"`
+	Command        []string                     `json:"command,omitempty"`
+	Privileged     bool                         `json:"privileged,omitempty"`
+	Seccomp        string                       `json:"seccomp_profile_path,omitempty"`
+	AppArmor       string                       `json:"apparmor_profile,omitempty"`
+	CgroupNS       *podmanNamespace             `json:"cgroupns,omitempty"`
+	NetNS          *podmanNamespace             `json:"netns,omitempty"`
+	Networks       map[string]podmanNetworkOpts `json:"Networks,omitempty"`
+	PortMappings   []podmanPortMapping          `json:"portmappings,omitempty"`
+	Mounts         []podmanMount                `json:"mounts,omitempty"`
+	Volumes        []podmanVolume               `json:"volumes,omitempty"`
+	RestartPolicy  string                       `json:"restart_policy,omitempty"`
+	Sysctl         map[string]string            `json:"sysctl,omitempty"`
+	ResourceLimits *podmanResources             `json:"resource_limits,omitempty"`
+	Init           bool                         `json:"init,omitempty"`
+}
+
+type podmanNamespace struct {
+	NSMode string `json:"nsmode"`
+	Value  string `json:"value,omitempty"`
+}
+
+type podmanNetworkOpts struct {
+	StaticIPs []string `json:"static_ips,omitempty"`
+}
+
+type podmanPortMapping struct {
+	HostIP        string `json:"host_ip,omitempty"`
+	ContainerPort uint16 `json:"container_port"`
+	HostPort      uint16 `json:"host_port,omitempty"`
+	Protocol      string `json:"protocol,omitempty"`
+}
+
+type podmanMount struct {
+	Destination string   `json:"destination"`
+	Type        string   `json:"type"`
+	Source      string   `json:"source"`
+	Options     []string `json:"options,omitempty"`
+}
+
+type podmanVolume struct {
+	Name    string   `json:"Name"`
+	Dest    string   `json:"Dest"`
+	Options []string `json:"Options"`
+}
+
+type podmanResources struct {
+	Memory *struct {
+		Limit int64 `json:"limit"`
+	} `json:"memory,omitempty"`
+	CPU *struct {
+		Quota  int64  `json:"quota"`
+		Period uint64 `json:"period"`
+	} `json:"cpu,omitempty"`
+}
+
+// podmanCreate creates container name from the Docker configuration of it
+// through Podman's own API (see podmanSpec).
+func (r *Runtime) podmanCreate(ctx context.Context, name string, cfg *dcontainer.Config, hc *dcontainer.HostConfig, nc *network.NetworkingConfig) error {
+	spec, err := podmanSpecFrom(name, cfg, hc, nc)
+	if err != nil {
+		return container.NewError("create", "container", name, container.KindInvalid, err)
+	}
+	err = r.libpod(ctx, http.MethodPost, "/containers/create", spec, nil)
+	if path, ok := podmanMissingBindSource(err, spec); ok {
+		return container.NewError("create", "container", name, container.KindInvalid, &container.HostPathNotFoundError{Path: path})
+	}
+	return err
+}
+
+// podmanMissingBindSource reads the host path out of Podman's refusal of a
+// bind mount whose source does not exist ("statfs PATH: no such file or
+// directory"), as missingBindSource does Docker's; only a bind source of
+// spec counts.
+func podmanMissingBindSource(err error, spec *podmanSpec) (string, bool) {
+	if err == nil || !strings.Contains(err.Error(), "no such file or directory") {
+		return "", false
+	}
+	for _, m := range spec.Mounts {
+		if m.Type == "bind" && strings.Contains(err.Error(), "statfs "+m.Source+":") {
+			return m.Source, true
+		}
+	}
+	return "", false
+}
+
+// podmanSpecFrom translates what configs builds for Docker into libpod's
+// terms, field by field.
+func podmanSpecFrom(name string, cfg *dcontainer.Config, hc *dcontainer.HostConfig, nc *network.NetworkingConfig) (*podmanSpec, error) {
+	s := &podmanSpec{
+		Name: name, Image: cfg.Image, Hostname: cfg.Hostname, Labels: cfg.Labels,
+		Entrypoint: cfg.Entrypoint, Command: cfg.Cmd, Privileged: hc.Privileged,
+		RestartPolicy: string(hc.RestartPolicy.Name), Sysctl: hc.Sysctls,
+	}
+	if hc.Init != nil {
+		s.Init = *hc.Init
+	}
+	if len(cfg.Env) > 0 {
+		s.Env = map[string]string{}
+		for _, kv := range cfg.Env {
+			k, v, _ := strings.Cut(kv, "=")
+			s.Env[k] = v
+		}
+	}
+	for _, opt := range hc.SecurityOpt {
+		switch opt {
+		case "seccomp=unconfined":
+			s.Seccomp = "unconfined"
+		case "apparmor=unconfined":
+			s.AppArmor = "unconfined"
+		default:
+			return nil, fmt.Errorf("security option %q has no Podman translation", opt)
+		}
+	}
+	if hc.CgroupnsMode != "" {
+		s.CgroupNS = &podmanNamespace{NSMode: string(hc.CgroupnsMode)}
+	}
+	if hc.NetworkMode != "" {
+		s.NetNS = &podmanNamespace{NSMode: "bridge"}
+		opts := podmanNetworkOpts{}
+		if ep := nc.EndpointsConfig[string(hc.NetworkMode)]; ep != nil && ep.IPAMConfig != nil {
+			for _, a := range []string{ep.IPAMConfig.IPv4Address, ep.IPAMConfig.IPv6Address} {
+				if a != "" {
+					opts.StaticIPs = append(opts.StaticIPs, a)
+				}
+			}
+		}
+		s.Networks = map[string]podmanNetworkOpts{string(hc.NetworkMode): opts}
+	}
+	for port, bindings := range hc.PortBindings {
+		for _, b := range bindings {
+			hp, _ := strconv.Atoi(b.HostPort)
+			s.PortMappings = append(s.PortMappings, podmanPortMapping{HostIP: b.HostIP, ContainerPort: uint16(port.Int()),
+				HostPort: uint16(hp), Protocol: port.Proto()})
+		}
+	}
+	for _, m := range hc.Mounts {
+		opts := []string{"rbind"}
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		s.Mounts = append(s.Mounts, podmanMount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
+	}
+	for _, b := range hc.Binds {
+		parts := strings.Split(b, ":")
+		opts := []string{"rbind"}
+		if len(parts) == 3 {
+			opts = append(opts, parts[2])
+		}
+		s.Mounts = append(s.Mounts, podmanMount{Destination: parts[1], Type: "bind", Source: parts[0], Options: opts})
+	}
+	for dest, opts := range hc.Tmpfs {
+		m := podmanMount{Destination: dest, Type: "tmpfs", Source: "tmpfs", Options: []string{"rw", "nosuid", "nodev"}}
+		if opts != "" {
+			m.Options = strings.Split(opts, ",")
+		}
+		s.Mounts = append(s.Mounts, m)
+	}
+	sort.Slice(s.Mounts, func(i, j int) bool { return s.Mounts[i].Destination < s.Mounts[j].Destination })
+	for dest := range cfg.Volumes {
+		// No name: an anonymous volume, removed with the container.
+		s.Volumes = append(s.Volumes, podmanVolume{Dest: dest, Options: []string{}})
+	}
+	if hc.Memory > 0 || hc.NanoCPUs > 0 {
+		s.ResourceLimits = &podmanResources{}
+		if hc.Memory > 0 {
+			s.ResourceLimits.Memory = &struct {
+				Limit int64 `json:"limit"`
+			}{Limit: hc.Memory}
+		}
+		if hc.NanoCPUs > 0 {
+			// What Docker does with NanoCPUs: a CFS quota over a 100ms period.
+			const period = 100_000
+			s.ResourceLimits.CPU = &struct {
+				Quota  int64  `json:"quota"`
+				Period uint64 `json:"period"`
+			}{Quota: hc.NanoCPUs * period / 1e9, Period: period}
+		}
+	}
+	return s, nil
 }

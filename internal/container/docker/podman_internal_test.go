@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -52,5 +53,50 @@ func TestPodmanMachineReportsTheRequestAndHidesItsLabel(t *testing.T) {
 	}
 	if _, ok := labels[labelRequested]; !ok {
 		t.Fatal("podmanMachine changed the caller's map")
+	}
+}
+
+func TestPodmanSpecKeepsWhatANodeGets(t *testing.T) {
+	r := &Runtime{podman: true, statHost: func(string) bool { return true }}
+	spec := container.MachineSpec{
+		Name: "c1-cp", Image: "capct/node:v1.35.4", Network: "net", Role: container.RoleControlPlane, KindNode: true,
+		Labels:       container.Owner{Namespace: "ns", Cluster: "c1", ClusterID: "id", Machine: "cp"}.Labels(),
+		StaticIPv4:   netip.MustParseAddr("172.30.16.10"),
+		PortMappings: []container.PortMapping{{ContainerPort: 6443}},
+		Resources:    container.Resources{MilliCPUs: 1500, MemoryBytes: 1 << 30},
+		Env:          []string{"A=b=c"},
+	}
+	cfg, hc, nc := r.configs(spec)
+	s, err := podmanSpecFrom(spec.Name, cfg, hc, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CgroupNS == nil || s.CgroupNS.NSMode != "private" {
+		t.Errorf("cgroup namespace %+v, want private: Podman's compatible API drops it", s.CgroupNS)
+	}
+	if !s.Privileged || s.Seccomp != "unconfined" || s.AppArmor != "unconfined" || s.Hostname != spec.Name || s.Init {
+		t.Errorf("node flags: %+v", s)
+	}
+	if s.RestartPolicy != "unless-stopped" || s.Env["A"] != "b=c" || s.Labels[labelRequested] == "" {
+		t.Errorf("restart %q, env %v, labels %v", s.RestartPolicy, s.Env, s.Labels)
+	}
+	if got := s.Networks["net"].StaticIPs; len(got) != 1 || got[0] != "172.30.16.10" || s.NetNS == nil || s.NetNS.NSMode != "bridge" {
+		t.Errorf("network %+v %+v", s.NetNS, s.Networks)
+	}
+	if len(s.PortMappings) != 1 || s.PortMappings[0] != (podmanPortMapping{HostIP: "127.0.0.1", ContainerPort: 6443, Protocol: "tcp"}) {
+		t.Errorf("ports %+v", s.PortMappings)
+	}
+	var dests []string
+	for _, m := range s.Mounts {
+		dests = append(dests, m.Type+":"+m.Destination)
+	}
+	if want := "[bind:/lib/modules tmpfs:/run tmpfs:/tmp]"; fmt.Sprint(dests) != want {
+		t.Errorf("mounts %v, want %s", dests, want)
+	}
+	if len(s.Volumes) != 1 || s.Volumes[0].Dest != "/var" || s.Volumes[0].Name != "" {
+		t.Errorf("volumes %+v, want an anonymous /var", s.Volumes)
+	}
+	if l := s.ResourceLimits; l == nil || l.Memory.Limit != 1<<30 || l.CPU.Quota != 150_000 || l.CPU.Period != 100_000 {
+		t.Errorf("limits %+v", l)
 	}
 }
