@@ -76,6 +76,27 @@ if [[ ! -f "$conf" || "$(cat "$conf")" != "${wanted%$'\n'}" ]]; then
   conf_changed=true
 fi
 
+# Beside dockerd, the FORWARD chains' policy is DROP (Docker sets it), and
+# the host's bridges pass their packets through iptables (Docker loads
+# br_netfilter). Netavark accepts a Podman network's packets by its subnet
+# only, so traffic between a cluster's pods on different nodes, whose
+# addresses are the pods' and not the network's, would be dropped on the
+# very bridge the nodes share. Docker accepts everything bridged within its
+# own bridges; this rule does the same for Podman's, and nothing else:
+# packets bridged (not routed) from a podman bridge port to another.
+forward_bridged() {
+  local tool=$1 rule=(FORWARD -i 'podman+' -o 'podman+' -m physdev --physdev-is-bridged
+    -m comment --comment "capct: bridged within Podman bridges, hack/ensure-podman.sh" -j ACCEPT)
+  command -v "$tool" >/dev/null 2>&1 || return 0
+  [[ "$("$tool" -S FORWARD 2>/dev/null | head -1)" == "-P FORWARD DROP" ]] || return 0
+  if ! "$tool" -C "${rule[@]}" 2>/dev/null; then
+    "$tool" -I "${rule[@]}"
+    log "$tool: accepting packets bridged within Podman's bridges (the FORWARD policy is DROP)"
+  fi
+}
+forward_bridged iptables
+forward_bridged ip6tables
+
 raise_host_limits
 
 answers() { podman --remote --url "unix://$socket" version >/dev/null 2>&1; }
