@@ -245,9 +245,11 @@ wait_for_nodes() {
 # stopped_containers: "NAME DETAIL" for each container of the cluster that
 # CAPCT made and that is not running.
 stopped_containers() {
-  local name
+  local name dead=(--filter status=dead)
+  # Podman has no "dead" state, and refuses the filter.
+  [[ "$QS_ENGINE" == docker ]] || dead=()
   wl_engine ps -a --filter "label=io.x-k8s.capct.cluster=$cluster" --filter status=exited --filter status=created \
-    --filter status=dead --format '{{.Names}}' | while read -r name; do
+    "${dead[@]}" --format '{{.Names}}' | while read -r name; do
     echo "$name $(wl_engine inspect -f '{{.State.Status}} since {{.State.FinishedAt}}, exit code {{.State.ExitCode}}, restart policy {{.HostConfig.RestartPolicy.Name}}' "$name" 2>/dev/null)"
   done
 }
