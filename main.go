@@ -70,6 +70,8 @@ type options struct {
 	logOptions                *logs.Options
 	gracefulShutdownTimeout   time.Duration
 	containerRuntimeAPITimout time.Duration
+	containerEngine           string
+	engine                    container.Engine
 	policy                    policy.Policy
 	hostCapacityCheck         bool
 	hostCapacityReserve       map[string]int64
@@ -120,6 +122,10 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 		"File name of the webhook server's key.")
 	fs.DurationVar(&o.gracefulShutdownTimeout, "graceful-shutdown-timeout", 30*time.Second,
 		"How long the manager waits for reconciles to finish on shutdown.")
+	fs.StringVar(&o.containerEngine, "container-engine", "",
+		fmt.Sprintf("Container engine that runs the machines: %v. Empty reads %s, then %s (as kind does), then uses docker. "+
+			"Docker is reached through DOCKER_HOST or /var/run/docker.sock, Podman through %s or %s (docs/runtime.md).",
+			container.Engines, container.EngineEnv, container.KindProviderEnv, docker.PodmanHostEnv, docker.DefaultPodmanHost))
 	fs.DurationVar(&o.containerRuntimeAPITimout, "container-runtime-timeout", 30*time.Second,
 		"Bound on each call to the container runtime, so that a stuck engine cannot hold a worker. "+
 			"A call it cuts off counts as the engine being unreachable, which never fails a machine. 0 leaves calls unbounded.")
@@ -159,6 +165,11 @@ func run() error {
 	if o.maxConcurrentBootstraps < 0 {
 		return fmt.Errorf("--max-concurrent-bootstraps must be 0 (no limit) or more, not %d", o.maxConcurrentBootstraps)
 	}
+	engine, err := selectEngine(o.containerEngine)
+	if err != nil {
+		return err
+	}
+	o.engine = engine
 	if err := logsv1.ValidateAndApply(o.logOptions, nil); err != nil {
 		return fmt.Errorf("failed to apply the log options: %w", err)
 	}
@@ -223,7 +234,7 @@ func run() error {
 	if err := webhooks.SetupWithManager(mgr, &o.policy); err != nil {
 		return err
 	}
-	log.Info("Starting manager", "machinePools", feature.Gates.Enabled(feature.MachinePool),
+	log.Info("Starting manager", "containerEngine", o.engine, "machinePools", feature.Gates.Enabled(feature.MachinePool),
 		"allowedHostPathPrefixes", o.policy.HostPathPrefixes, "allowedUnmanagedNetworks", o.policy.AllowedNetworks,
 		"allowedImagePrefixes", o.policy.ImagePrefixes, "maxMachinesPerCluster", o.policy.MaxMachinesPerCluster)
 	if err := mgr.Start(ctx); err != nil {
@@ -256,6 +267,19 @@ func managerCacheOptions(watchNamespace string, syncPeriod *time.Duration) (cach
 	}, nil
 }
 
+// selectEngine resolves --container-engine: the flag's value when set,
+// else the environment's (container.EngineFromEnv).
+func selectEngine(flagValue string) (container.Engine, error) {
+	if flagValue == "" {
+		return container.EngineFromEnv()
+	}
+	e, err := container.ParseEngine(flagValue)
+	if err != nil {
+		return "", fmt.Errorf("failed to read --container-engine: %w", err)
+	}
+	return e, nil
+}
+
 func newScheme() (*runtime.Scheme, error) {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
@@ -284,9 +308,9 @@ func setupChecks(mgr ctrl.Manager) error {
 // setupReconcilers registers CAPCT's controllers. The MachinePool controller
 // runs only behind its feature gate, as in Cluster API.
 func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
-	engine, err := docker.New()
+	engine, err := docker.NewEngine(o.engine)
 	if err != nil {
-		return fmt.Errorf("failed to create the Docker runtime client: %w", err)
+		return fmt.Errorf("failed to create the %s runtime client: %w", o.engine, err)
 	}
 	// Every controller reaches the engine through this bound.
 	runtime := container.WithCallTimeout(engine, o.containerRuntimeAPITimout)

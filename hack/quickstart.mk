@@ -43,6 +43,18 @@ test-quickstart: ## The whole quickstart non-interactively: up, scale MD 2->3 an
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-qstest QUICKSTART_CLUSTER=qstest \
 		QUICKSTART_OUT=$(CURDIR)/out/quickstart-test hack/quickstart/quickstart.sh test
 
+# The Docker backend's tests that hold for any engine it drives: the runtime
+# behaviour suite and the exec, event, address and file tests. The others
+# check Docker's own flags and its default bridge (docs/runtime.md).
+PODMAN_GO_TESTS ?= ^(TestSuite|TestExecLargeBinaryStdinRoundTrips|TestExecTimeoutIsPrompt|TestExecStderrIsBounded|TestExecTimeoutNamesNoScript|TestOutOfBandRemovalIsAnEventWithin2s|TestParallelCreatesGetDistinctAddresses|TestDualStackNetwork|TestFilesOnTmpfsAreVisibleInside|TestExtraMountsBindExistingHostPathsOnly)$$
+
+.PHONY: test-podman
+test-podman: ## Podman as the engine: the runtime behaviour suite against rootful Podman, then a quickstart cluster of 1+1+1 nodes on it with traffic proven, and down
+	hack/ensure-podman.sh
+	CAPCT_ENGINE=podman go test -count=1 -run '$(PODMAN_GO_TESTS)' ./internal/container/docker
+	CAPCT_ENGINE=podman QUICKSTART_VERSION=$(QUICKSTART_VERSION) QUICKSTART_WORKERS=1 MGMT_NAME=capct-pmtest QUICKSTART_CLUSTER=pmtest \
+		QUICKSTART_OUT=$(CURDIR)/out/podman-test hack/quickstart/quickstart.sh smoke
+
 .PHONY: test-restart
 test-restart: ## A real cluster survives an engine restart: stops and starts dockerd (run it alone), asserts addresses, ports, Nodes, pods, traffic
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-rstest QUICKSTART_CLUSTER=rstest \

@@ -66,6 +66,30 @@ capct="$QS_ROOT/out/infrastructure-container/$capct_version"
 # always: it takes a second, and a stale copy would hide changes to config/ or templates/
 "$QS_ROOT/hack/release-manifests.sh" "$capct_version" "$QS_ROOT/out" >&2
 
+# engine_settings: the clusterctl variables that differ by the workload
+# clusters' engine.
+engine_settings() {
+  if [[ "$QS_ENGINE" == podman ]]; then
+    cat <<YAML
+# The workload clusters run on Podman (docs/runtime.md): the manager is told
+# so, with Podman's socket mounted, and each cluster gets a network of its
+# own there (Managed), which the management node, on a Docker network,
+# reaches through the host: Docker isolates its own bridges only.
+CAPCT_ENGINE: podman
+CAPCT_ENGINE_SOCKET: $PODMAN_SOCKET
+CAPCT_NETWORK_MODE: Managed
+YAML
+    return
+  fi
+  cat <<YAML
+# Workload clusters join the management cluster's network (Unmanaged: CAPCT
+# neither owns nor deletes it), so that the controllers in the management
+# node reach their load balancers; Docker isolates bridge networks.
+CAPCT_NETWORK: ${MGMT_NETWORK:-${MGMT_NAME:-capct-mgmt}}
+CAPCT_NETWORK_MODE: Unmanaged
+YAML
+}
+
 step "clusterctl.yaml"
 mkdir -p "$QS_OUT"
 cat > "$QS_OUT/clusterctl.yaml.tmp" <<YAML
@@ -97,11 +121,7 @@ EXP_MACHINE_POOL: "true"
 KUBERNETES_VERSION: ${KUBERNETES_VERSION:-v1.35.4}
 CAPCT_NODE_IMAGE: ${NODE_IMAGE:-capct/node:v1.35.4}
 CAPCT_LB_IMAGE: ${LB_IMAGE:-capct/haproxy:2.6}
-# Workload clusters join the management cluster's network (Unmanaged: CAPCT
-# neither owns nor deletes it), so that the controllers in the management
-# node reach their load balancers; Docker isolates bridge networks.
-CAPCT_NETWORK: ${MGMT_NETWORK:-${MGMT_NAME:-capct-mgmt}}
-CAPCT_NETWORK_MODE: Unmanaged
+$(engine_settings)
 CLUSTER_TOPOLOGY: "true"
 YAML
 mv "$QS_OUT/clusterctl.yaml.tmp" "$QS_OUT/clusterctl.yaml"

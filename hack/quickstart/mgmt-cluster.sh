@@ -11,6 +11,10 @@
 #   mgmt-cluster.sh load        only load the controller images (those present in Docker)
 #   mgmt-cluster.sh down        remove its container, network and /var volume
 #
+# Under CAPCT_ENGINE=podman the node runs on Docker all the same, with
+# Podman's socket mounted too, for the manager to put the workload clusters
+# on Podman (docs/runtime.md).
+#
 # The node: container and hostname capct-mgmt on its own bridge network
 # capct-mgmt, everything labelled io.x-k8s.capct.quickstart=<name>, the API
 # server published on 127.0.0.1:<MGMT_API_PORT, default the first free port
@@ -274,6 +278,12 @@ create_node() {
     log "WARNING: network $network (not the quickstart's) has no subnet and range of its creator's: $node gets a dynamic address, which can change when the engine restarts"
   fi
   port=$(free_port)
+  # Under Podman, CAPCT's manager in this node creates the workload
+  # clusters' containers through Podman's socket, mounted beside Docker's.
+  local engine_socket=()
+  if [[ "$QS_ENGINE" == podman ]]; then
+    engine_socket=(--volume "$PODMAN_SOCKET:$PODMAN_SOCKET")
+  fi
   docker run -d --name "$node" --hostname "$node" \
     --label "$label" --network "$network" "${address_flag[@]}" \
     --restart unless-stopped \
@@ -282,7 +292,7 @@ create_node() {
     --tmpfs /tmp --tmpfs /run \
     --mount "type=volume,dst=/var,volume-label=$label" \
     --volume /lib/modules:/lib/modules:ro \
-    --volume /var/run/docker.sock:/var/run/docker.sock \
+    --volume /var/run/docker.sock:/var/run/docker.sock "${engine_socket[@]}" \
     --cgroupns private \
     --publish "127.0.0.1:$port:6443" \
     "$node_image" >/dev/null
@@ -392,6 +402,9 @@ load_images() {
 up() {
   step "prerequisites"
   "$QS_ROOT/hack/ensure-docker.sh" >&2
+  if [[ "$QS_ENGINE" == podman ]]; then
+    "$QS_ROOT/hack/ensure-podman.sh" >&2
+  fi
   if ! docker image inspect "$node_image" >/dev/null 2>&1; then
     NODE_IMAGE=$node_image "$QS_ROOT/images/node/build.sh" >/dev/null
   fi
@@ -399,6 +412,9 @@ up() {
   if node_exists; then
     step "reuse $node"
     reuse_node
+    if [[ "$QS_ENGINE" == podman ]] && ! docker exec "$node" test -S "$PODMAN_SOCKET"; then
+      die "$node was made without Podman's socket; run 'make quickstart-down', then CAPCT_ENGINE=podman make quickstart"
+    fi
   else
     create_node
   fi

@@ -15,6 +15,7 @@
 #                        labelled is left
 #   quickstart.sh test   up, scale the MachineDeployment 2->3 and the
 #                        MachinePool 2->1, down (make test-quickstart)
+#   quickstart.sh smoke  up, then down (make test-podman)
 #   quickstart.sh prepare   only build what is missing (up's first two steps)
 #   quickstart.sh diagnose  the conditions and controller logs it prints on failure
 #
@@ -30,7 +31,8 @@
 # to wait for nodes, 900), QUICKSTART_DELETE_TIMEOUT (seconds for down to
 # delete through the management cluster before it falls back to the labels,
 # 300), QUICKSTART_VERSION (CAPCT's, v0.1.0), KUBERNETES_VERSION (v1.35.4),
-# MGMT_NAME (capct-mgmt), MGMT_API_PORT.
+# MGMT_NAME (capct-mgmt), MGMT_API_PORT, CAPCT_ENGINE (docker; podman puts
+# the workload cluster on Podman, the management cluster staying on Docker).
 #
 # hack/quickstart/restart-test.sh and scale-out-test.sh source this file for
 # its functions; run directly, it runs the command named by $1.
@@ -86,10 +88,14 @@ report_memory() {
 # ---- up ----
 
 prerequisites() {
-  step "prerequisites: Docker, node and LB images, kubectl"
+  step "prerequisites: Docker${QS_ENGINE/docker/}, node and LB images, kubectl"
   "$QS_ROOT/hack/ensure-docker.sh" >&2
+  if [[ "$QS_ENGINE" == podman ]]; then
+    "$QS_ROOT/hack/ensure-podman.sh" >&2
+  fi
   KUBERNETES_VERSION=$k8s_version NODE_IMAGE=$node_image "$QS_ROOT/images/node/build.sh" >/dev/null
   "$QS_ROOT/images/haproxy/build.sh" >/dev/null
+  load_into_engine "$node_image" "${LB_IMAGE:-capct/haproxy:2.6}"
   if [[ ! -x "$kubectl" ]]; then
     # the node image's kubectl, version-stamped by its build; the host may have none
     local id
@@ -239,10 +245,12 @@ wait_for_nodes() {
 # stopped_containers: "NAME DETAIL" for each container of the cluster that
 # CAPCT made and that is not running.
 stopped_containers() {
-  local name
-  docker ps -a --filter "label=io.x-k8s.capct.cluster=$cluster" --filter status=exited --filter status=created \
-    --filter status=dead --format '{{.Names}}' | while read -r name; do
-    echo "$name $(docker inspect -f '{{.State.Status}} since {{.State.FinishedAt}}, exit code {{.State.ExitCode}}, restart policy {{.HostConfig.RestartPolicy.Name}}' "$name" 2>/dev/null)"
+  local name dead=(--filter status=dead)
+  # Podman has no "dead" state, and refuses the filter.
+  [[ "$QS_ENGINE" == docker ]] || dead=()
+  wl_engine ps -a --filter "label=io.x-k8s.capct.cluster=$cluster" --filter status=exited --filter status=created \
+    "${dead[@]}" --format '{{.Names}}' | while read -r name; do
+    echo "$name $(wl_engine inspect -f '{{.State.Status}} since {{.State.FinishedAt}}, exit code {{.State.ExitCode}}, restart policy {{.HostConfig.RestartPolicy.Name}}' "$name" 2>/dev/null)"
   done
 }
 
@@ -256,7 +264,8 @@ moved_containers() {
        ([(.status.addresses // [])[] | select(.type == "InternalIP" and (.address | test("^[0-9.]+$"))) | .address][0] // "")]
     | @tsv' | while IFS=$'\t' read -r name recorded; do
     [[ -n "$recorded" ]] || continue
-    current=$(docker inspect -f '{{if .State.Running}}{{range $n, $e := .NetworkSettings.Networks}}{{if eq $n $.HostConfig.NetworkMode}}{{$e.IPAddress}}{{end}}{{end}}{{end}}' "$name" 2>/dev/null) || continue
+    # shellcheck disable=SC2016 # a Go template, not a shell expansion
+    current=$(wl_engine inspect -f '{{if .State.Running}}{{range $n, $e := .NetworkSettings.Networks}}{{if eq $n $.HostConfig.NetworkMode}}{{$e.IPAddress}}{{end}}{{end}}{{end}}' "$name" 2>/dev/null) || continue
     [[ -z "$current" || "$current" == "$recorded" ]] || echo "$name runs on $current, but its machine was provisioned on $recorded"
   done
 }
@@ -274,7 +283,7 @@ load_probe_image() {
     rm -rf "$ctx"
   fi
   for node in "$@"; do
-    docker save "$probe_image" | docker exec -i "$node" ctr -n k8s.io images import - >/dev/null
+    docker save "$probe_image" | wl_engine exec -i "$node" ctr -n k8s.io images import - >/dev/null
   done
 }
 
@@ -423,6 +432,12 @@ leftovers() {
     docker network ls --filter "label=$label" --format 'network {{.ID}} {{.Name}}'
     docker volume ls -q --filter "label=$label" | sed 's/^/volume /'
   done | sort -u
+  if [[ "$QS_ENGINE" != docker ]]; then
+    label="io.x-k8s.capct.cluster=$cluster"
+    wl_engine ps -a --filter "label=$label" --format "$QS_ENGINE container {{.ID}} {{.Names}}"
+    wl_engine network ls --filter "label=$label" --format "$QS_ENGINE network {{.ID}} {{.Name}}"
+    wl_engine volume ls -q --filter "label=$label" | sed "s/^/$QS_ENGINE volume /"
+  fi
 }
 
 # mgmt_answers: true when the management node runs and its API server
@@ -492,6 +507,9 @@ down() {
   ((${#ids[@]} == 0)) || docker network rm "${ids[@]}" >/dev/null || true
   mapfile -t ids < <(docker volume ls -q --filter "label=io.x-k8s.capct.cluster=$cluster")
   ((${#ids[@]} == 0)) || docker volume rm "${ids[@]}" >/dev/null || true
+  if [[ "$QS_ENGINE" != docker ]]; then
+    remove_from_engine
+  fi
 
   step "check that nothing CAPCT labelled for $cluster, or the quickstart for $mgmt_name, is left"
   local left
@@ -508,6 +526,24 @@ down() {
   finish
 }
 
+# remove_from_engine: what CAPCT labelled for the cluster on the workload
+# engine when that is not Docker: containers (recorded as leaked, as in
+# down), then networks, then volumes.
+remove_from_engine() {
+  local ids names label="io.x-k8s.capct.cluster=$cluster"
+  mapfile -t ids < <(wl_engine ps -aq --filter "label=$label")
+  if ((${#ids[@]} > 0)); then
+    names=$(wl_engine inspect -f '{{.Name}}' "${ids[@]}" | tr -d / | tr '\n' ' ')
+    leaked+=" $names"
+    log "removing $QS_ENGINE containers: $names"
+    wl_engine rm -f -v "${ids[@]}" >/dev/null
+  fi
+  mapfile -t ids < <(wl_engine network ls -q --filter "label=$label")
+  ((${#ids[@]} == 0)) || wl_engine network rm "${ids[@]}" >/dev/null || true
+  mapfile -t ids < <(wl_engine volume ls -q --filter "label=$label")
+  ((${#ids[@]} == 0)) || wl_engine volume rm "${ids[@]}" >/dev/null || true
+}
+
 # ---- test ----
 
 test_flow() {
@@ -521,6 +557,15 @@ test_flow() {
   kmgmt scale machinepool "$cluster-mp-0" -n "$namespace" --replicas=1 >&2
   wait_for_nodes 3 1
   end_step
+  down
+}
+
+# smoke_flow: up, then down: the quickstart's cluster and its traffic
+# proof without the scaling (make test-podman, with QUICKSTART_WORKERS=1).
+smoke_flow() {
+  remove_on_failure=true
+  up
+  script_start=$SECONDS
   down
 }
 
@@ -562,11 +607,12 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   test) test_flow ;;
+  smoke) smoke_flow ;;
   prepare)
     prerequisites
     controller_images
     finish
     ;;
   diagnose) diagnose ;;
-  *) echo "usage: $0 up|down|test|prepare|diagnose" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|test|smoke|prepare|diagnose" >&2; exit 2 ;;
 esac

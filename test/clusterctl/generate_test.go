@@ -83,8 +83,9 @@ func TestGenerateProvider(t *testing.T) {
 	if err != nil {
 		t.Fatalf("clusterctl generate provider --infrastructure container: %v", err)
 	}
-	wantVars := []string{"CAPCT_DIAGNOSTICS_ADDRESS", "CAPCT_DOCKER_HOST", "CAPCT_INSECURE_DIAGNOSTICS",
-		"CAPCT_LOGLEVEL", "CAPCT_MANAGER_IMAGE", "CAPCT_MANAGER_IMAGE_PULL_POLICY", "EXP_MACHINE_POOL"}
+	wantVars := []string{"CAPCT_CONTAINER_HOST", "CAPCT_DIAGNOSTICS_ADDRESS", "CAPCT_DOCKER_HOST", "CAPCT_ENGINE",
+		"CAPCT_ENGINE_SOCKET", "CAPCT_INSECURE_DIAGNOSTICS", "CAPCT_LOGLEVEL", "CAPCT_MANAGER_IMAGE",
+		"CAPCT_MANAGER_IMAGE_PULL_POLICY", "EXP_MACHINE_POOL"}
 	if got := sorted(components.Variables()); !slices.Equal(got, wantVars) {
 		t.Errorf("provider variables = %v, want %v", got, wantVars)
 	}

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,6 +41,8 @@ type Runtime struct {
 	clock clock.WithTicker
 	// statHost reports whether a host path exists (for /lib/modules).
 	statHost func(string) bool
+	// podman hides where Podman's compatible API differs (podman.go).
+	podman bool
 }
 
 var _ container.Runtime = (*Runtime)(nil)
@@ -50,6 +53,7 @@ type Option func(*options)
 type options struct {
 	clientOpts []client.Opt
 	clock      clock.WithTicker
+	podman     bool
 }
 
 // WithClientOpts adds Docker client options after client.FromEnv (e.g.
@@ -75,7 +79,7 @@ func New(opts ...Option) (*Runtime, error) {
 	if err != nil {
 		return nil, container.NewError("create", "docker client", "", container.KindInvalid, err)
 	}
-	return &Runtime{cli: cli, clock: o.clock, statHost: func(p string) bool {
+	return &Runtime{cli: cli, clock: o.clock, podman: o.podman, statHost: func(p string) bool {
 		_, err := os.Stat(p)
 		return err == nil
 	}}, nil
@@ -131,13 +135,14 @@ func classify(err error) container.ErrorKind {
 // failed: port is already allocated"), which it reports at start.
 func isInUse(err error) bool {
 	m := strings.ToLower(err.Error())
-	return strings.Contains(m, "address already in use") || strings.Contains(m, "port is already allocated")
+	return strings.Contains(m, "address already in use") || strings.Contains(m, "port is already allocated") ||
+		isPodmanInUse(err)
 }
 
 func isPoolOverlap(err error) bool {
 	m := strings.ToLower(err.Error())
 	return strings.Contains(m, "pool overlaps") || strings.Contains(m, "overlapping") ||
-		strings.Contains(m, "overlaps with")
+		strings.Contains(m, "overlaps with") || isPodmanSubnetUsed(m)
 }
 
 // ---- networks ----
@@ -281,6 +286,11 @@ func (r *Runtime) InspectNetwork(ctx context.Context, name string) (container.Ne
 		n.Endpoints = append(n.Endpoints, e)
 	}
 	sort.Slice(n.Endpoints, func(i, j int) bool { return n.Endpoints[i].Name < n.Endpoints[j].Name })
+	if r.podman {
+		if err := r.podmanDynamicRanges(ctx, &n); err != nil {
+			return container.Network{}, wrap("inspect", "network", name, err)
+		}
+	}
 	return n, nil
 }
 
@@ -320,9 +330,14 @@ func (r *Runtime) CreateMachine(ctx context.Context, spec container.MachineSpec)
 		return m, err
 	}
 	cfg, hc, nc := r.configs(spec)
-	_, err := r.cli.ContainerCreate(ctx, cfg, hc, nc, nil, spec.Name)
+	var err error
+	if r.podman {
+		err = r.podmanCreate(ctx, spec.Name, cfg, hc, nc)
+	} else {
+		_, err = r.cli.ContainerCreate(ctx, cfg, hc, nc, nil, spec.Name)
+	}
 	if err != nil {
-		if cerrdefs.IsConflict(err) {
+		if cerrdefs.IsConflict(err) || container.IsConflict(err) {
 			// Lost a race with another creator of the same name.
 			return r.adopt(ctx, spec)
 		}
@@ -362,6 +377,9 @@ func (r *Runtime) configs(spec container.MachineSpec) (*dcontainer.Config, *dcon
 	labels := maps.Clone(spec.Labels)
 	if spec.Role != "" {
 		labels[container.LabelRole] = string(spec.Role)
+	}
+	if r.podman {
+		podmanLabels(labels, spec)
 	}
 	cfg := &dcontainer.Config{
 		Image:        spec.Image,
@@ -542,6 +560,9 @@ func (r *Runtime) Inspect(ctx context.Context, name string) (*container.Machine,
 		m.PortMappings = portMappings(ci.HostConfig.PortBindings)
 	}
 	if ns := ci.NetworkSettings; ns != nil {
+		if r.podman {
+			podmanMachine(m, slices.Collect(maps.Keys(ns.Networks)), true)
+		}
 		setAddresses(m, ns.Networks[m.Network])
 		m.Ports = ports(ns.Ports)
 	}
@@ -618,6 +639,9 @@ func (r *Runtime) List(ctx context.Context, labelSelector map[string]string) ([]
 		}
 		m.Network = c.HostConfig.NetworkMode
 		if c.NetworkSettings != nil {
+			if r.podman {
+				podmanMachine(&m, slices.Collect(maps.Keys(c.NetworkSettings.Networks)), false)
+			}
 			setAddresses(&m, c.NetworkSettings.Networks[m.Network])
 		}
 		for _, p := range c.Ports {
@@ -887,7 +911,7 @@ func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (
 	f := labelFilters(labelSelector)
 	f.Add("type", string(events.ContainerEventType))
 	for _, a := range []container.EventType{container.EventStart, container.EventDie, container.EventDestroy} {
-		f.Add("event", string(a))
+		f.Add("event", r.eventName(a))
 	}
 	out := make(chan container.Event, 64)
 	opened := r.clock.Now()
@@ -914,14 +938,14 @@ func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (
 						attrs := m.Actor.Attributes
 						labels := map[string]string{}
 						for k, v := range attrs {
-							if k != "name" && k != "image" && k != "exitCode" && k != "signal" && k != "execDuration" {
+							if !notLabels[k] {
 								labels[k] = v
 							}
 						}
 						if !container.MatchesSelector(labels, labelSelector) {
 							continue
 						}
-						ev := container.Event{Type: container.EventType(m.Action), Name: attrs["name"], ID: m.Actor.ID,
+						ev := container.Event{Type: r.eventType(string(m.Action)), Name: attrs["name"], ID: m.Actor.ID,
 							Labels: labels, Time: time.Unix(0, m.TimeNano)}
 						select {
 						case out <- ev:

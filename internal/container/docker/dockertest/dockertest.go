@@ -133,19 +133,24 @@ func RemoveClusters(ctx context.Context, rt container.Runtime, names []string) {
 	}
 }
 
-// NewRuntime returns a Runtime on this machine's engine, failing the test
-// loudly (never skipping it) when the engine does not answer.
+// NewRuntime returns a Runtime on this machine's engine, the one that
+// CAPCT_ENGINE names (Docker when unset, as for the manager), failing the
+// test loudly (never skipping it) when the engine does not answer.
 func NewRuntime(t testing.TB) *docker.Runtime {
 	t.Helper()
-	rt, err := docker.New()
+	engine, err := container.EngineFromEnv()
 	if err != nil {
-		t.Fatalf("failed to create the Docker client: %v", err)
+		t.Fatal(err)
+	}
+	rt, err := docker.NewEngine(engine)
+	if err != nil {
+		t.Fatalf("failed to create the %s client: %v", engine, err)
 	}
 	t.Cleanup(func() { _ = rt.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := rt.Client().Ping(ctx); err != nil {
-		t.Fatalf("Docker engine not reachable (run hack/ensure-docker.sh): %v", err)
+		t.Fatalf("%s engine not reachable (run hack/ensure-%s.sh): %v", engine, engine, err)
 	}
 	return rt
 }
