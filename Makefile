@@ -59,7 +59,7 @@ verify: generate ## Fail when generated files are stale, code is not gofmt'd, or
 ## Test
 
 .PHONY: test
-test: ## Run every test: unit, envtest, Docker, fuzz, the node images, the whole quickstart, an engine restart, a scale-out on real nodes and Cluster API's QuickStart and MachinePool e2e specs (sets up Docker and envtest itself)
+test: ## Run every test: unit, envtest, Docker, fuzz, the node images, the whole quickstart, an engine restart, a scale-out on real nodes, Cluster API's QuickStart and MachinePool e2e specs, and a cluster on Podman (sets up Docker, Podman and envtest itself)
 	$(MAKE) verify
 	$(MAKE) test-go
 	$(MAKE) test-fuzz
@@ -68,6 +68,7 @@ test: ## Run every test: unit, envtest, Docker, fuzz, the node images, the whole
 	$(MAKE) test-restart
 	$(MAKE) test-scale-out
 	$(MAKE) test-e2e-subset
+	$(MAKE) test-podman
 
 .PHONY: test-go
 test-go: ## Run the Go tests, with the race detector, against a real API server and Docker engine
