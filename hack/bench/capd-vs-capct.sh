@@ -192,6 +192,8 @@ up() {
   times=$(await_up "$name" $((3 + replicas)) $((3 + replicas)))
   read -r running ready <<<"$times"
   sleep "$settle" # the writes that follow Ready still count as this phase's
+  # The machines' conditions, for where the time went (their transition times).
+  kmgmt get machines,containermachines,dockermachines -n default -l "cluster.x-k8s.io/cluster-name=$name" -o json >"$QS_OUT/$name-scale-out.json"
   record "$(jq -n --arg p "$provider" --argjson r "$round" --arg b "$beside" --argjson s "$start" --argjson m "$running" --argjson n "$ready" \
     --argjson e "$(now)" '{provider: $p, round: $r, phase: "scale-out", beside: $b, start: $s, running: ($m - $s), ready: ($n - $s), end: $e}')"
   log "$provider round $round: MachinePool 0->$replicas: Machines Running in $(jq -n "$running - $start | . * 10 | round / 10")s, Nodes Ready in $(jq -n "$ready - $start | . * 10 | round / 10")s"
