@@ -319,6 +319,14 @@ cgroupDriver: systemd
 cgroupRoot: /kubelet
 failSwapOn: false
 failCgroupV1: false
+# The node shares the container host's disk, which other work fills: never
+# evict for it (the workload nodes' template does the same). With the
+# default 10 %, a host with less free evicted the controllers mid-benchmark.
+evictionHard:
+  nodefs.available: "0%"
+  nodefs.inodesFree: "0%"
+  imagefs.available: "0%"
+imageGCHighThresholdPercent: 100
 ---
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
