@@ -79,7 +79,9 @@ data:
       {{- end }}
 YAML
 # CAPCT's control plane and workers, provider-id dropped, kinds swapped,
-# the bridge CNI configuration added.
+# the bridge CNI configuration added. yq prints no separator before its
+# first document.
+echo ---
 cat "$parts/control-plane.yaml" "$parts/machinedeployment.yaml" "$parts/machinepool.yaml" |
   sed -e '/# CAPCT.s bootstrap replaces/,/value: "container:\/\/\/{{ ds.meta_data.local_hostname }}"/d' \
     -e 's|infrastructure.cluster.x-k8s.io/v1alpha1|infrastructure.cluster.x-k8s.io/v1beta2|' \

@@ -442,6 +442,12 @@ docker save "$capd_image" | docker exec -i "$MGMT_NAME" ctr -n k8s.io images imp
 if ! kmgmt get providers.clusterctl.cluster.x-k8s.io -A -o name | grep -q infrastructure-docker; then
   "$clusterctl" init --infrastructure container,docker --config "$config" --kubeconfig "$mgmt_kubeconfig" --wait-providers >&2
 fi
+# Fresh managers for every run, on the images just loaded: the cost measured
+# is this run's, and of this tree's CAPCT.
+kmgmt rollout restart deployment -n "${manager_ns[capct]}" capct-controller-manager >/dev/null
+kmgmt rollout restart deployment -n "${manager_ns[capd]}" capd-controller-manager >/dev/null
+kmgmt rollout status deployment -n "${manager_ns[capct]}" capct-controller-manager --timeout=300s >&2
+kmgmt rollout status deployment -n "${manager_ns[capd]}" capd-controller-manager --timeout=300s >&2
 [[ -z "$(kmgmt get clusters -A -o name)" ]] || die "the management cluster still has Clusters (an interrupted run?): $(kmgmt get clusters -A -o name | tr '\n' ' ')"
 
 : >"$phases"
