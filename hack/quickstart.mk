@@ -71,7 +71,7 @@ bench-node-capacity: ## How many real nodes this host runs at once, all Ready (M
 		QUICKSTART_OUT=$(CURDIR)/out/scale-out-test hack/quickstart/scale-out-test.sh capacity
 
 .PHONY: bench-capd
-bench-capd: ## CAPCT against CAPD on one management cluster: time to 3 Machines Running and to deletion (ROUNDS=2)
+bench-capd: ## CAPCT against CAPD side by side, ABAB (ROUNDS=3): create, MachinePool 0->N->0 (N=10), delete, the floor, audit-log writes, managers' CPU and memory; out/bench/results.json
 	hack/bench/capd-vs-capct.sh
 
 # E2E_LABELS: a ginkgo label filter over the specs; empty runs every one

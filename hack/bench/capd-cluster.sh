@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Prints a CAPD cluster template equivalent to CAPCT's default flavor, for
+# Prints a CAPD cluster template equivalent to CAPCT's, for
 # hack/bench/capd-vs-capct.sh: CAPCT's own KubeadmControlPlane,
-# MachineDeployment and KubeadmConfigTemplate (templates/parts), so that both
-# providers boot the same node image with the same kubeadm settings, with
-# CAPD's infrastructure kinds swapped in and CAPCT's provider-id kubelet
-# argument dropped (CAPD sets the Node's providerID itself). The HAProxy
-# template only lowers maxconn, which this host's open-files limit needs
-# (internal/loadbalancer/haproxy.go says why).
+# MachineDeployment, MachinePool and their KubeadmConfig(Template)s
+# (templates/parts), so that both providers boot the same node image with the
+# same kubeadm settings, with CAPD's infrastructure kinds swapped in and
+# CAPCT's provider-id kubelet argument dropped (CAPD sets the Node's
+# providerID itself). The HAProxy template only lowers maxconn, which this
+# host's open-files limit needs (internal/loadbalancer/haproxy.go says why).
+#
+# CAPD's Nodes need a CNI configuration to go Ready, which CAPCT's node IPAM
+# and pod network give its own: every KubeadmConfig gets hack/quickstart/bridge-cni.sh
+# as a file (base64, which clusterctl leaves alone), started after kubeadm, which writes a bridge configuration for
+# the Node's pod CIDR; the pod CIDRs come from kube-controller-manager, so
+# CAPCT's allocate-node-cidrs=false is dropped here.
 set -euo pipefail
 parts="$(cd "$(dirname "$0")/../../templates/parts" && pwd)"
 
@@ -72,9 +78,26 @@ data:
       server {{ $server }} {{ JoinHostPort $backend.Address $.BackendControlPlanePort }} weight {{ $backend.Weight }} check check-ssl verify none resolvers docker resolve-prefer ipv4
       {{- end }}
 YAML
-# CAPCT's control plane and workers, provider-id dropped, kinds swapped.
-cat "$parts/control-plane.yaml" "$parts/machinedeployment.yaml" |
+# CAPCT's control plane and workers, provider-id dropped, kinds swapped,
+# the bridge CNI configuration added. yq prints no separator before its
+# first document.
+echo ---
+cat "$parts/control-plane.yaml" "$parts/machinedeployment.yaml" "$parts/machinepool.yaml" |
   sed -e '/# CAPCT.s bootstrap replaces/,/value: "container:\/\/\/{{ ds.meta_data.local_hostname }}"/d' \
     -e 's|infrastructure.cluster.x-k8s.io/v1alpha1|infrastructure.cluster.x-k8s.io/v1beta2|' \
     -e 's|ContainerMachineTemplate|DockerMachineTemplate|' \
-    -e 's|^      image: \(.*\)$|      customImage: \1|'
+    -e 's|ContainerMachinePool|DockerMachinePool|' \
+    -e 's|^\(    \)\{0,1\}      image: \(.*\)$|\1      customImage: \2|' \
+    -e 's|^    image: \(.*\)$|    customImage: \1|' |
+  yq -y --rawfile script "$(dirname "$0")/../quickstart/bridge-cni.sh" '
+    def bridge_cni:
+      .files += [{path: "/usr/local/bin/bench-bridge-cni", owner: "root:root", permissions: "0755", encoding: "base64", content: ($script | @base64)}]
+      | .postKubeadmCommands += ["systemd-run --unit bench-bridge-cni --collect /usr/local/bin/bench-bridge-cni"];
+    if .kind == "KubeadmControlPlane" then
+      .spec.kubeadmConfigSpec |= bridge_cni
+      | .spec.kubeadmConfigSpec.clusterConfiguration.controllerManager.extraArgs |= map(select(.name != "allocate-node-cidrs"))
+      | if (.spec.kubeadmConfigSpec.clusterConfiguration.controllerManager.extraArgs | length) == 0
+        then del(.spec.kubeadmConfigSpec.clusterConfiguration.controllerManager) else . end
+    elif .kind == "KubeadmConfigTemplate" then .spec.template.spec |= bridge_cni
+    elif .kind == "KubeadmConfig" then .spec |= bridge_cni
+    else . end'

@@ -1,39 +1,76 @@
 #!/usr/bin/env bash
 # CAPCT against CAPD (Cluster API's Docker provider, the anchor), side by side
-# on this machine (make bench-capd). One management cluster runs both
-# providers (`clusterctl init --infrastructure container,docker`); each
-# creates the same cluster, one after the other, ROUNDS times (default 2):
-# 1 KubeadmControlPlane machine and 2 MachineDeployment workers, the same
-# node image (capct/node), the same kubeadm settings (templates/parts; CAPD's
-# template: hack/bench/capd-cluster.sh), the same LB image (capct/haproxy),
-# all on the Docker network "kind" that CAPD always uses (CAPCT joins it as
-# an Unmanaged network). For each it prints
-#   ready:  kubectl apply -> all 3 Machines Running (infrastructure
-#           provisioned and a Node registered, Cluster API's phase)
-#   delete: kubectl delete cluster -> the Cluster is gone
-# Nodes Ready is not compared: CAPD relies on a CNI add-on (kindnet or
-# Calico) that cannot be pulled here, while CAPCT's node IPAM needs none.
+# on this machine (make bench-capd; docs/bench.md, "Against CAPD"). One
+# management cluster runs both providers (`clusterctl init --infrastructure
+# container,docker`) with an audit policy on its API server
+# (hack/bench/audit-policy.yaml: every write, Metadata level). Both build the
+# same cluster: 1 KubeadmControlPlane machine, 2 MachineDeployment workers and
+# an empty MachinePool, the same node image (capct/node), the same kubeadm
+# settings (templates/parts; CAPD's template: hack/bench/capd-cluster.sh,
+# whose nodes get a bridge CNI configuration from hack/quickstart/bridge-cni.sh),
+# the same LB image (capct/haproxy), all on the Docker network "kind" that
+# CAPD always uses (CAPCT joins it as an Unmanaged network).
 #
-# Environment: ROUNDS (2), BENCH_TIMEOUT (seconds per cluster, 600).
+# Each round runs both providers, alternating which goes first (ABAB):
+#   create     kubectl apply -> 3 Machines Running, -> 3 Nodes Ready
+#   scale-out  MachinePool 0 -> N: N more Machines Running, N more Nodes Ready
+#   scale-in   MachinePool N -> 0: the pool's Machines, Nodes and containers gone
+#   delete     kubectl delete cluster -> gone; leftovers listed (must be none)
+# and once, on CAPD's cluster after its scale-in, the floor: N node
+# containers started and joined by this script alone (docker run, kubeadm
+# join with a token, in parallel, the same KubeadmConfig files and commands
+# as CAPD's pool), timed to N Nodes registered and Ready.
+# In the last round both clusters are up (scaled out) at the same time for
+# STEADY_SECONDS: the steady-state window, in which the audit log separates
+# the providers' writes. The phases that run beside the other provider's
+# cluster are marked ("beside") in the results.
+#
+# From the audit log: each manager's writes (by its service account) per
+# provisioned machine during scale-out (from the scale to SETTLE_SECONDS
+# after all Nodes Ready) and per minute in the steady window, with and
+# without its leader-election lease renewals. From the managers' cgroups in
+# the management node: CPU seconds and peak memory over the whole run.
+#
+# Results: out/bench/results.json (every phase, medians, ratios) and a table
+# on stderr. Environment: ROUNDS (3), N (10), STEADY_SECONDS (300),
+# SETTLE_SECONDS (15), BENCH_TIMEOUT (seconds per phase, 900). With the
+# argument "results" it only recomputes the results of the last run (its
+# management cluster must still be up, for the audit log).
+# Run it under the Docker lock: flock /tmp/capct-docker.lock make bench-capd.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export QUICKSTART_OUT=${QUICKSTART_OUT:-$root/out/bench}
 export MGMT_NAME=${MGMT_NAME:-capct-bench} MGMT_NETWORK=kind
+export MGMT_AUDIT_POLICY=$root/hack/bench/audit-policy.yaml
 export LOG_NAME=bench
 # shellcheck source=hack/quickstart/lib.sh
 source "$root/hack/quickstart/lib.sh"
 
-rounds=${ROUNDS:-2}
-timeout=${BENCH_TIMEOUT:-600}
+rounds=${ROUNDS:-3}
+replicas=${N:-10}
+steady=${STEADY_SECONDS:-300}
+settle=${SETTLE_SECONDS:-15}
+timeout=${BENCH_TIMEOUT:-900}
 k8s_version=v1.35.4
+node_image=capct/node:$k8s_version
 capd_version=$(tool_version capd sigs.k8s.io/cluster-api/test)
 capd_image=gcr.io/k8s-staging-cluster-api/capd-manager:$capd_version
 mgmt_kubeconfig=$QS_OUT/management.kubeconfig
 clusterctl=$QS_CACHE/bin/clusterctl-$CAPI_VERSION
 kubectl=$QS_CACHE/bin/kubectl-$k8s_version
 config=$QS_OUT/clusterctl-bench.yaml
+audit_log=/var/log/kubernetes/audit/audit.log # in the management node
+phases=$QS_OUT/phases.jsonl
+floor_label=io.x-k8s.capct.bench.floor
 export CLUSTERCTL_DISABLE_VERSIONCHECK=true
 kmgmt() { "$kubectl" --kubeconfig "$mgmt_kubeconfig" "$@"; }
+kwl() { "$kubectl" --kubeconfig "$QS_OUT/$1.kubeconfig" --request-timeout=10s "${@:2}"; }
+now() { date +%s.%N; }
+
+# Each provider's manager namespace (its service accounts write as
+# system:serviceaccount:NS:...) and the label its containers carry.
+declare -A manager_ns=([capct]=capct-system [capd]=capd-system)
+declare -A container_label=([capct]=io.x-k8s.capct.cluster [capd]=io.x-k8s.kind.cluster)
 
 build_capd() {
   step "CAPD $capd_version: manager image and clusterctl repository"
@@ -66,68 +103,374 @@ YAML
     "$QS_OUT/clusterctl.yaml" >"$config"
 }
 
-# wait_running CLUSTER: seconds until its 3 Machines are Running.
-wait_running() {
-  local start=$SECONDS n
-  while :; do
-    n=$(kmgmt get machines -n default -l "cluster.x-k8s.io/cluster-name=$1" -o json |
-      jq '[.items[] | select(.status.phase == "Running")] | length')
-    ((n == 3)) && break
-    ((SECONDS - start < timeout)) || die "$1: $n of 3 Machines Running after ${timeout}s"
-    sleep 1
-  done
-  echo $((SECONDS - start))
+# ---- what the phases observe ----
+
+# machines_running NAME: how many of the cluster's Machines are Running.
+machines_running() {
+  kmgmt get machines -n default -l "cluster.x-k8s.io/cluster-name=$1" -o json |
+    jq '[.items[] | select(.status.phase == "Running")] | length'
 }
 
-# run PROVIDER ROUND: creates, times and deletes one cluster.
-results=()
-run() {
-  local provider=$1 name="$1-b$2" manifest ready start deleted
-  step "round $2: $provider"
-  manifest="$QS_OUT/$name.yaml"
-  if [[ $provider == capct ]]; then
-    "$clusterctl" generate cluster "$name" --infrastructure container --kubernetes-version "$k8s_version" \
-      --control-plane-machine-count 1 --worker-machine-count 2 --target-namespace default \
-      --config "$config" --kubeconfig "$mgmt_kubeconfig" >"$manifest"
+# node_counts NAME: "REGISTERED READY" Nodes of the workload cluster, "0 0"
+# while its API server does not answer yet.
+node_counts() {
+  kwl "$1" get nodes -o json 2>/dev/null | jq -r '
+    "\(.items | length) \([.items[] | select(any(.status.conditions[]; .type == "Ready" and .status == "True"))] | length)"' ||
+    echo "0 0"
+}
+
+# container_names PROVIDER NAME: the cluster's containers, by the
+# provider's label, sorted.
+container_names() { docker ps -a --filter "label=${container_label[$1]}=$2" --format '{{.Names}}' | sort; }
+
+fetch_kubeconfig() {
+  [[ -s "$QS_OUT/$1.kubeconfig" ]] ||
+    "$clusterctl" get kubeconfig "$1" -n default --kubeconfig "$mgmt_kubeconfig" >"$QS_OUT/$1.kubeconfig" 2>/dev/null ||
+    { rm -f "$QS_OUT/$1.kubeconfig"; return 1; }
+}
+
+# await_up NAME MACHINES NODES: waits until MACHINES of the cluster's
+# Machines are Running and NODES of its Nodes Ready; prints the two times
+# (epoch seconds) at which each was first seen.
+await_up() {
+  local name=$1 machines=$2 nodes=$3 deadline=$((SECONDS + timeout)) running="" ready="" reg rdy
+  until [[ -n "$running" && -n "$ready" ]]; do
+    ((SECONDS < deadline)) || die "$name: not $machines Machines Running and $nodes Nodes Ready after ${timeout}s (Machines Running: $(machines_running "$name"), Nodes: $(node_counts "$name"))"
+    [[ -n "$running" ]] || (($(machines_running "$name") < machines)) || running=$(now)
+    if [[ -z "$ready" ]] && fetch_kubeconfig "$name"; then
+      read -r reg rdy < <(node_counts "$name")
+      ((rdy < nodes)) || ready=$(now)
+    fi
+    [[ -n "$running" && -n "$ready" ]] || sleep 1
+  done
+  echo "$running $ready"
+}
+
+# record JSON: one phase's result, a line of $phases.
+record() { jq -c . <<<"$1" >>"$phases"; }
+
+# ---- the clusters ----
+
+# manifest PROVIDER NAME: the cluster's manifest, its MachinePool at 0.
+manifest() {
+  local template=$QS_OUT/$1-cluster-template.yaml
+  if [[ $1 == capct ]]; then
+    cat "$QS_ROOT/templates/cluster-template.yaml" "$QS_ROOT/templates/parts/machinepool.yaml" >"$template"
   else
-    "$QS_ROOT/hack/bench/capd-cluster.sh" >"$QS_OUT/capd-cluster-template.yaml"
-    "$clusterctl" generate cluster "$name" --from "$QS_OUT/capd-cluster-template.yaml" --kubernetes-version "$k8s_version" \
-      --control-plane-machine-count 1 --worker-machine-count 2 --target-namespace default \
-      --config "$config" --kubeconfig "$mgmt_kubeconfig" >"$manifest"
+    "$QS_ROOT/hack/bench/capd-cluster.sh" >"$template"
   fi
-  local tries=0
-  until kmgmt apply -f "$manifest" >/dev/null 2>&1; do
-    ((++tries < 30)) || kmgmt apply -f "$manifest" >&2 || die "applying $manifest failed"
+  "$clusterctl" generate cluster "$2" --from "$template" --kubernetes-version "$k8s_version" \
+    --control-plane-machine-count 1 --worker-machine-count 2 --target-namespace default \
+    --config "$config" --kubeconfig "$mgmt_kubeconfig" |
+    yq -y 'if .kind == "MachinePool" then .spec.replicas = 0 else . end' >"$QS_OUT/$2.yaml"
+}
+
+# The containers of each cluster before its scale-out: what its scale-in
+# must return to.
+declare -A base_containers=()
+
+# up PROVIDER ROUND BESIDE: creates the cluster and scales its pool out.
+up() {
+  local provider=$1 round=$2 beside=$3 name="$1-b$2" start running ready times tries=0
+  step "round $round: $provider up (create, MachinePool 0->$replicas)"
+  manifest "$provider" "$name"
+  rm -f "$QS_OUT/$name.kubeconfig"
+  start=$(now)
+  until kmgmt apply -f "$QS_OUT/$name.yaml" >/dev/null 2>&1; do
+    ((++tries < 30)) || kmgmt apply -f "$QS_OUT/$name.yaml" >&2 || die "applying $QS_OUT/$name.yaml failed"
     sleep 2
   done
-  ready=$(wait_running "$name")
-  start=$SECONDS
-  kmgmt delete cluster "$name" -n default --timeout="${timeout}s" >/dev/null
-  deleted=$((SECONDS - start))
-  log "$provider round $2: 3 Machines Running in ${ready}s, deleted in ${deleted}s"
-  results+=("$provider $2 $ready $deleted")
+  times=$(await_up "$name" 3 3)
+  read -r running ready <<<"$times"
+  record "$(jq -n --arg p "$provider" --argjson r "$round" --arg b "$beside" --argjson s "$start" --argjson m "$running" --argjson n "$ready" \
+    '{provider: $p, round: $r, phase: "create", beside: $b, start: $s, running: ($m - $s), ready: ($n - $s)}')"
+  log "$provider round $round: 3 Machines Running in $(jq -n "$running - $start | . * 10 | round / 10")s, 3 Nodes Ready in $(jq -n "$ready - $start | . * 10 | round / 10")s"
+  base_containers[$name]=$(container_names "$provider" "$name")
+
+  start=$(now)
+  kmgmt scale machinepool "$name-mp-0" -n default --replicas="$replicas" >/dev/null
+  times=$(await_up "$name" $((3 + replicas)) $((3 + replicas)))
+  read -r running ready <<<"$times"
+  sleep "$settle" # the writes that follow Ready still count as this phase's
+  # The machines' conditions, for where the time went (their transition times).
+  kmgmt get machines,containermachines,dockermachines -n default -l "cluster.x-k8s.io/cluster-name=$name" -o json >"$QS_OUT/$name-scale-out.json"
+  record "$(jq -n --arg p "$provider" --argjson r "$round" --arg b "$beside" --argjson s "$start" --argjson m "$running" --argjson n "$ready" \
+    --argjson e "$(now)" '{provider: $p, round: $r, phase: "scale-out", beside: $b, start: $s, running: ($m - $s), ready: ($n - $s), end: $e}')"
+  log "$provider round $round: MachinePool 0->$replicas: Machines Running in $(jq -n "$running - $start | . * 10 | round / 10")s, Nodes Ready in $(jq -n "$ready - $start | . * 10 | round / 10")s"
 }
 
+# leftovers PROVIDER NAME: what is left of a deleted cluster, one per line:
+# its containers, volumes and networks by the provider's label, and its
+# Machines and infrastructure machines in the management cluster.
+leftovers() {
+  local label="${container_label[$1]}=$2"
+  docker ps -a --filter "label=$label" --format 'container {{.Names}}'
+  docker volume ls --filter "label=$label" --format 'volume {{.Name}}'
+  docker network ls --filter "label=$label" --format 'network {{.Name}}'
+  kmgmt get machines,machinepools,containermachines,dockermachines -n default -l "cluster.x-k8s.io/cluster-name=$2" -o name 2>/dev/null || true
+}
+
+# down PROVIDER ROUND BESIDE: scales the pool in (and, for CAPD, runs the
+# floor on its cluster), then deletes the cluster.
+down() {
+  local provider=$1 round=$2 beside=$3 name="$1-b$2" start deadline end="" left reg rdy
+  step "round $round: $provider down (MachinePool $replicas->0, delete)"
+  start=$(now)
+  deadline=$((SECONDS + timeout))
+  kmgmt scale machinepool "$name-mp-0" -n default --replicas=0 >/dev/null
+  until [[ -n "$end" ]]; do
+    read -r reg rdy < <(node_counts "$name")
+    if (($(kmgmt get machines -n default -l "cluster.x-k8s.io/cluster-name=$name" -o name | wc -l) == 3 && reg == 3)) &&
+      [[ "$(container_names "$provider" "$name")" == "${base_containers[$name]}" ]]; then
+      end=$(now)
+    elif ((SECONDS >= deadline)); then
+      break
+    else
+      sleep 1
+    fi
+  done
+  left=$(comm -13 <(echo "${base_containers[$name]}") <(container_names "$provider" "$name"))
+  record "$(jq -n --arg p "$provider" --argjson r "$round" --arg b "$beside" --argjson s "$start" --arg e "$end" --arg l "$left" \
+    '{provider: $p, round: $r, phase: "scale-in", beside: $b, start: $s, time: (if $e == "" then null else ($e | tonumber) - $s end),
+      leftovers: ($l | split("\n") | map(select(. != "")))}')"
+  [[ -n "$end" ]] || log "WARNING: $provider round $round: the pool is not gone after ${timeout}s"
+  log "$provider round $round: MachinePool $replicas->0 in $([[ -n "$end" ]] && jq -n "$end - $start | . * 10 | round / 10" || echo "-")s"
+
+  [[ $provider != capd ]] || floor "$name" "$round" "$beside"
+
+  start=$(now)
+  kmgmt delete cluster "$name" -n default --timeout="${timeout}s" >/dev/null
+  end=$(now)
+  left=$(leftovers "$provider" "$name")
+  record "$(jq -n --arg p "$provider" --argjson r "$round" --arg b "$beside" --argjson s "$start" --argjson e "$end" --arg l "$left" \
+    '{provider: $p, round: $r, phase: "delete", beside: $b, start: $s, time: ($e - $s), leftovers: ($l | split("\n") | map(select(. != "")))}')"
+  log "$provider round $round: deleted in $(jq -n "$end - $start | . * 10 | round / 10")s${left:+; LEFT: $(tr '\n' ' ' <<<"$left")}"
+}
+
+# ---- the floor ----
+
+# floor NAME ROUND BESIDE: N node containers joined to CAPD's cluster NAME by this
+# script alone, in parallel: docker run, the pool's KubeadmConfig files,
+# kubeadm join with a fresh token and the pool's JoinConfiguration, its
+# postKubeadmCommands. Timed from the first docker run to N Nodes
+# registered and Ready; then the Nodes and containers are removed.
+floor() {
+  local cluster=$1 round=$2 beside=$3 cp token endpoint config start registered="" ready="" reg rdy deadline i names=()
+  step "round $round: the floor, $replicas nodes joined by a script"
+  cp=$(docker ps -q --filter "label=io.x-k8s.kind.cluster=$cluster" --filter "label=io.x-k8s.kind.role=control-plane" | head -1)
+  token=$(docker exec "$cp" kubeadm token create --ttl 30m)
+  endpoint=$(kmgmt get cluster "$cluster" -n default -o jsonpath='{.spec.controlPlaneEndpoint.host}:{.spec.controlPlaneEndpoint.port}')
+  config=$(yq -c --arg n "$cluster-mp-0" 'select(.kind == "KubeadmConfig" and .metadata.name == $n) | .spec' "$QS_OUT/$cluster.yaml")
+  jq -n --arg e "$endpoint" --arg t "$token" --argjson c "$config" '{
+    apiVersion: "kubeadm.k8s.io/v1beta4", kind: "JoinConfiguration",
+    discovery: {bootstrapToken: {apiServerEndpoint: $e, token: $t, unsafeSkipCAVerification: true}},
+    nodeRegistration: $c.joinConfiguration.nodeRegistration, patches: $c.joinConfiguration.patches}' >"$QS_OUT/floor-join.json"
+  jq '.files' <<<"$config" >"$QS_OUT/floor-files.json"
+  jq -r '.postKubeadmCommands // [] | .[]' <<<"$config" >"$QS_OUT/floor-post.sh"
+  for ((i = 1; i <= replicas; i++)); do names+=("$cluster-floor-$i"); done
+  start=$(now)
+  for i in "${names[@]}"; do floor_node "$i" >"$QS_OUT/$i.log" 2>&1 & done
+  deadline=$((SECONDS + timeout))
+  until [[ -n "$registered" && -n "$ready" ]]; do
+    ((SECONDS < deadline)) || die "the floor: not $replicas Nodes Ready after ${timeout}s; see $QS_OUT/$cluster-floor-*.log"
+    read -r reg rdy < <(node_counts "$cluster")
+    [[ -n "$registered" ]] || ((reg < 3 + replicas)) || registered=$(now)
+    [[ -n "$ready" ]] || ((rdy < 3 + replicas)) || ready=$(now)
+    [[ -n "$registered" && -n "$ready" ]] || sleep 1
+  done
+  wait
+  record "$(jq -n --argjson r "$round" --arg b "$beside" --argjson s "$start" --argjson m "$registered" --argjson n "$ready" \
+    '{provider: "floor", round: $r, phase: "scale-out", beside: $b, start: $s, running: ($m - $s), ready: ($n - $s)}')"
+  log "floor round $round: $replicas Nodes registered in $(jq -n "$registered - $start | . * 10 | round / 10")s, Ready in $(jq -n "$ready - $start | . * 10 | round / 10")s"
+  kwl "$cluster" delete nodes "${names[@]}" --wait=false >/dev/null
+  docker rm -f -v "${names[@]}" >/dev/null
+}
+
+# floor_node NAME: one node of the floor, as CAPD makes its containers
+# (privileged, /var a volume, the host's modules) and runs its bootstrap.
+floor_node() {
+  local name=$1 n i
+  docker run -d --name "$name" --hostname "$name" --label "$floor_label=$name" --network kind \
+    --privileged --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+    --tmpfs /tmp --tmpfs /run --volume /var --volume /lib/modules:/lib/modules:ro --cgroupns private \
+    "$node_image" >/dev/null
+  until docker exec "$name" systemctl is-active --quiet containerd; do sleep 0.2; done
+  n=$(jq length "$QS_OUT/floor-files.json")
+  for ((i = 0; i < n; i++)); do
+    jq -j --argjson i "$i" '.[$i] | if .encoding == "base64" then .content | @base64d else .content end' "$QS_OUT/floor-files.json" |
+      docker exec -i "$name" sh -c 'mkdir -p "$(dirname "$1")" && cat >"$1" && chmod "$2" "$1"' _ \
+        "$(jq -r --argjson i "$i" '.[$i].path' "$QS_OUT/floor-files.json")" "$(jq -r --argjson i "$i" '.[$i].permissions // "0644"' "$QS_OUT/floor-files.json")"
+  done
+  docker exec -i "$name" sh -c 'mkdir -p /run/kubeadm && cat >/run/kubeadm/join.json' <"$QS_OUT/floor-join.json"
+  docker exec "$name" kubeadm join --config /run/kubeadm/join.json
+  while read -r cmd; do docker exec "$name" sh -c "$cmd"; done <"$QS_OUT/floor-post.sh"
+}
+
+# ---- the managers' cost ----
+
+# manager_usage [reset]: one JSON object per provider: its manager
+# container's CPU (ns) and peak memory (bytes) from its cgroup, and its
+# process's peak resident set (VmHWM, KiB), read in the management node
+# (cgroup v1 or v2). With "reset", also resets the peaks (v1's
+# memory.max_usage_in_bytes, v2's memory.peak where the kernel allows, and
+# VmHWM), so that they cover the run only.
+manager_usage() {
+  local provider id
+  for provider in capct capd; do
+    id=$(kmgmt get pods -n "${manager_ns[$provider]}" -o json |
+      jq -r '[.items[].status.containerStatuses[]? | select(.name == "manager" and .state.running) | .containerID | sub("^containerd://"; "")][0] // empty')
+    [[ -n "$id" ]] || die "no running manager container in ${manager_ns[$provider]}"
+    docker exec "$MGMT_NAME" bash -c '
+      set -eu
+      id=$1
+      pid=$(ctr -n k8s.io task ls | awk -v id="$id" "\$1 == id {print \$2}")
+      if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+        dir=/sys/fs/cgroup$(sed -n "s/^0:://p" /proc/$pid/cgroup)
+        [ "$3" != reset ] || echo 0 >"$dir/memory.peak" 2>/dev/null || true
+        cpu=$(($(sed -n "s/^usage_usec //p" "$dir/cpu.stat") * 1000))
+        mem=$(cat "$dir/memory.peak")
+        v=2
+      else
+        mdir=/sys/fs/cgroup/memory$(awk -F: "\$2 == \"memory\" {print \$3}" /proc/$pid/cgroup)
+        cdir=$(for d in /sys/fs/cgroup/cpuacct /sys/fs/cgroup/cpu,cpuacct; do [ -d "$d" ] && echo "$d" && break; done)$(awk -F: "\$2 ~ /cpuacct/ {print \$3}" /proc/$pid/cgroup)
+        [ "$3" != reset ] || echo 0 >"$mdir/memory.max_usage_in_bytes"
+        cpu=$(cat "$cdir/cpuacct.usage")
+        mem=$(cat "$mdir/memory.max_usage_in_bytes")
+        v=1
+      fi
+      [ "$3" != reset ] || echo 5 >/proc/$pid/clear_refs
+      hwm=$(awk "/^VmHWM:/ {print \$2}" /proc/$pid/status) # "VmHWM:<tab>  1234 kB"
+      printf "{\"provider\":\"%s\",\"container\":\"%s\",\"cgroup\":%s,\"cpu_ns\":%s,\"peak_bytes\":%s,\"vmhwm_kib\":%s}\n" "$2" "$id" "$v" "$cpu" "$mem" "$hwm"
+    ' _ "$id" "$provider" "${1:-}"
+  done | jq -s .
+}
+
+# ---- the results ----
+
+# results: out/bench/results.json from the phases, the audit log's writes
+# of both managers, and their usage at the start and the end; prints the
+# table.
+results() {
+  step "results"
+  docker exec "$MGMT_NAME" cat "$audit_log" |
+    jq -c --arg a "system:serviceaccount:${manager_ns[capct]}:" --arg d "system:serviceaccount:${manager_ns[capd]}:" '
+      select(.stage == "ResponseComplete" and (.user.username | startswith($a) or startswith($d)))
+      | [((.requestReceivedTimestamp[0:19] + "Z" | fromdate) + ("0" + .requestReceivedTimestamp[19:-1] | tonumber)),
+         (if .user.username | startswith($a) then "capct" else "capd" end),
+         .verb, (.objectRef.resource // "") + (if .objectRef.subresource then "/" + .objectRef.subresource else "" end)]' \
+      >"$QS_OUT/writes.jsonl"
+  jq -n --slurpfile phases "$phases" --slurpfile writes "$QS_OUT/writes.jsonl" \
+    --slurpfile before "$QS_OUT/usage-start.json" --slurpfile after "$QS_OUT/usage-end.json" \
+    --argjson n "$replicas" --argjson rounds "$rounds" --argjson steady "$steady" --argjson settle "$settle" \
+    --arg command "$command" --argjson wall "$((SECONDS - script_start))" --arg date "$(date -u +%FT%TZ)" '
+    def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
+      else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+    def r1: if . == null then null else . * 10 | round / 10 end;
+    def r2: if . == null then null else . * 100 | round / 100 end;
+    def ratio(a; b): if a == null or b == null or b == 0 then null else a / b | r2 end;
+    def writes($p; $s; $e): [$writes[] | select(.[1] == $p and .[0] >= $s and .[0] <= $e)]
+      | {total: length, without_leases: map(select(.[3] != "leases")) | length,
+         by_resource: (group_by(.[2] + " " + .[3]) | map({key: (.[0][2] + " " + .[0][3]), value: length}) | from_entries)};
+    ($phases | map(if .phase == "scale-out" and .provider != "floor"
+      then . + {writes: writes(.provider; .start; .end)} else . end)) as $ph
+    | def med($p; $phase; f): [$ph[] | select(.provider == $p and .phase == $phase) | f | select(. != null)] | median | r1;
+    (["capct", "capd", "floor"] | map(. as $p | {key: $p, value: {
+        create_running_s: med($p; "create"; .running), create_ready_s: med($p; "create"; .ready),
+        scale_out_running_s: med($p; "scale-out"; .running), scale_out_ready_s: med($p; "scale-out"; .ready),
+        scale_in_s: med($p; "scale-in"; .time), delete_s: med($p; "delete"; .time),
+        scale_out_writes_per_machine: med($p; "scale-out"; .writes.total // null | if . == null then null else . / $n end),
+        scale_out_writes_per_machine_without_leases: med($p; "scale-out"; .writes.without_leases // null | if . == null then null else . / $n end)
+      }}) | from_entries) as $m
+    | ($ph | map(select(.phase == "steady")) | first) as $st
+    | (if $st then ["capct", "capd"] | map(. as $p | {key: $p, value: (writes($p; $st.start; $st.end) as $w
+        | {per_minute: ($w.total * 60 / ($st.end - $st.start) | r2), per_minute_without_leases: ($w.without_leases * 60 / ($st.end - $st.start) | r2), by_resource: $w.by_resource})}) | from_entries
+       else null end) as $steady_writes
+    | {date: $date, command: $command, wall_s: $wall, rounds: $rounds, n: $n, steady_s: $steady, settle_s: $settle,
+       medians: $m,
+       ratios: {
+         create_running_capct_capd: ratio($m.capct.create_running_s; $m.capd.create_running_s),
+         create_ready_capct_capd: ratio($m.capct.create_ready_s; $m.capd.create_ready_s),
+         scale_out_running_capct_capd: ratio($m.capct.scale_out_running_s; $m.capd.scale_out_running_s),
+         scale_out_running_capct_floor: ratio($m.capct.scale_out_running_s; $m.floor.scale_out_running_s),
+         scale_out_running_capd_floor: ratio($m.capd.scale_out_running_s; $m.floor.scale_out_running_s),
+         scale_out_ready_capct_capd: ratio($m.capct.scale_out_ready_s; $m.capd.scale_out_ready_s),
+         scale_out_ready_capct_floor: ratio($m.capct.scale_out_ready_s; $m.floor.scale_out_ready_s),
+         scale_out_ready_capd_floor: ratio($m.capd.scale_out_ready_s; $m.floor.scale_out_ready_s),
+         writes_per_machine_capct_capd: ratio($m.capct.scale_out_writes_per_machine; $m.capd.scale_out_writes_per_machine),
+         writes_per_machine_without_leases_capct_capd: ratio($m.capct.scale_out_writes_per_machine_without_leases; $m.capd.scale_out_writes_per_machine_without_leases)},
+       steady_writes: $steady_writes,
+       managers: (["capct", "capd"] | map(. as $p | ($before[0][] | select(.provider == $p)) as $b | ($after[0][] | select(.provider == $p)) as $a
+         | {key: $p, value: {cpu_s: (if $a.container == $b.container then ($a.cpu_ns - $b.cpu_ns) / 1e9 | r1 else null end),
+             restarted: ($a.container != $b.container), cgroup_peak_mib: ($a.peak_bytes / 1048576 | r1), vmhwm_mib: ($a.vmhwm_kib / 1024 | r1)}}) | from_entries),
+       phases: $ph}' >"$QS_OUT/results.json"
+  jq -r '
+    def f: if . == null then "-" else tostring end;
+    "metric capct capd floor capct/capd capct/floor",
+    "create_running_s \(.medians.capct.create_running_s|f) \(.medians.capd.create_running_s|f) - \(.ratios.create_running_capct_capd|f) -",
+    "create_ready_s \(.medians.capct.create_ready_s|f) \(.medians.capd.create_ready_s|f) - \(.ratios.create_ready_capct_capd|f) -",
+    "mp_0_to_\(.n)_running_s \(.medians.capct.scale_out_running_s|f) \(.medians.capd.scale_out_running_s|f) \(.medians.floor.scale_out_running_s|f) \(.ratios.scale_out_running_capct_capd|f) \(.ratios.scale_out_running_capct_floor|f)",
+    "mp_0_to_\(.n)_ready_s \(.medians.capct.scale_out_ready_s|f) \(.medians.capd.scale_out_ready_s|f) \(.medians.floor.scale_out_ready_s|f) \(.ratios.scale_out_ready_capct_capd|f) \(.ratios.scale_out_ready_capct_floor|f)",
+    "mp_\(.n)_to_0_s \(.medians.capct.scale_in_s|f) \(.medians.capd.scale_in_s|f) - - -",
+    "delete_s \(.medians.capct.delete_s|f) \(.medians.capd.delete_s|f) - - -",
+    "writes_per_machine \(.medians.capct.scale_out_writes_per_machine|f) \(.medians.capd.scale_out_writes_per_machine|f) - \(.ratios.writes_per_machine_capct_capd|f) -",
+    "writes_per_machine_no_leases \(.medians.capct.scale_out_writes_per_machine_without_leases|f) \(.medians.capd.scale_out_writes_per_machine_without_leases|f) - \(.ratios.writes_per_machine_without_leases_capct_capd|f) -",
+    "steady_writes_per_min \(.steady_writes.capct.per_minute|f) \(.steady_writes.capd.per_minute|f) - - -",
+    "steady_writes_per_min_no_leases \(.steady_writes.capct.per_minute_without_leases|f) \(.steady_writes.capd.per_minute_without_leases|f) - - -",
+    "manager_cpu_s \(.managers.capct.cpu_s|f) \(.managers.capd.cpu_s|f) - - -",
+    "manager_cgroup_peak_mib \(.managers.capct.cgroup_peak_mib|f) \(.managers.capd.cgroup_peak_mib|f) - - -",
+    "manager_peak_rss_mib \(.managers.capct.vmhwm_mib|f) \(.managers.capd.vmhwm_mib|f) - - -",
+    "leftovers \([.phases[] | .leftovers // [] | .[]] | length) - - - -"' "$QS_OUT/results.json" | column -t >&2
+  log "results in $QS_OUT/results.json"
+}
+
+# ---- the run ----
+
+command="make bench-capd ROUNDS=$rounds N=$replicas STEADY_SECONDS=$steady"
+if [[ "${1:-}" == results ]]; then # only recompute the results of the last run
+  results
+  exit
+fi
 step "prerequisites and the providers' images"
 "$QS_ROOT/hack/quickstart/quickstart.sh" prepare
 build_capd
 
-step "management cluster $MGMT_NAME on network kind, with both providers"
+step "management cluster $MGMT_NAME on network kind, with both providers and an audit log"
 "$QS_ROOT/hack/quickstart/mgmt-cluster.sh" up
+docker exec "$MGMT_NAME" test -f "$audit_log" ||
+  die "$MGMT_NAME has no audit log (an older run made it without hack/bench/audit-policy.yaml); remove it with 'MGMT_NAME=$MGMT_NAME MGMT_NETWORK=kind hack/quickstart/mgmt-cluster.sh down'"
 docker save "$capd_image" | docker exec -i "$MGMT_NAME" ctr -n k8s.io images import --no-unpack - >/dev/null
 if ! kmgmt get providers.clusterctl.cluster.x-k8s.io -A -o name | grep -q infrastructure-docker; then
   "$clusterctl" init --infrastructure container,docker --config "$config" --kubeconfig "$mgmt_kubeconfig" --wait-providers >&2
 fi
+# Fresh managers for every run, on the images just loaded: the cost measured
+# is this run's, and of this tree's CAPCT.
+kmgmt rollout restart deployment -n "${manager_ns[capct]}" capct-controller-manager >/dev/null
+kmgmt rollout restart deployment -n "${manager_ns[capd]}" capd-controller-manager >/dev/null
+kmgmt rollout status deployment -n "${manager_ns[capct]}" capct-controller-manager --timeout=300s >&2
+kmgmt rollout status deployment -n "${manager_ns[capd]}" capd-controller-manager --timeout=300s >&2
+[[ -z "$(kmgmt get clusters -A -o name)" ]] || die "the management cluster still has Clusters (an interrupted run?): $(kmgmt get clusters -A -o name | tr '\n' ' ')"
 
+: >"$phases"
+manager_usage reset >"$QS_OUT/usage-start.json"
 for round in $(seq "$rounds"); do
-  run capct "$round"
-  run capd "$round"
+  if ((round % 2 == 1)); then order=(capct capd); else order=(capd capct); fi
+  if ((round < rounds)); then
+    up "${order[0]}" "$round" ""
+    down "${order[0]}" "$round" ""
+    up "${order[1]}" "$round" ""
+    down "${order[1]}" "$round" ""
+  else
+    up "${order[0]}" "$round" ""
+    up "${order[1]}" "$round" "${order[0]}"
+    step "steady state: both clusters up for ${steady}s"
+    start=$(now)
+    sleep "$steady"
+    record "$(jq -n --argjson r "$round" --argjson s "$start" --argjson e "$(now)" '{provider: "both", round: $r, phase: "steady", start: $s, end: $e}')"
+    down "${order[0]}" "$round" "${order[1]}"
+    down "${order[1]}" "$round" ""
+  fi
 done
-end_step
-
-{
-  echo "provider round ready_s delete_s"
-  printf '%s\n' "${results[@]}"
-} | column -t | tee "$QS_OUT/results.txt" >&2
-log "results in $QS_OUT/results.txt; 'MGMT_NAME=$MGMT_NAME MGMT_NETWORK=kind hack/quickstart/mgmt-cluster.sh down' removes the management cluster"
+manager_usage >"$QS_OUT/usage-end.json"
+results
+log "'MGMT_NAME=$MGMT_NAME MGMT_NETWORK=kind hack/quickstart/mgmt-cluster.sh down' removes the management cluster"
 finish

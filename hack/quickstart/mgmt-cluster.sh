@@ -37,7 +37,10 @@
 # it as their Unmanaged network; the management cluster stays IPv4),
 # MGMT_RESTART_TIMEOUT (seconds to wait for an existing node's API server,
 # 240), QUICKSTART_VERSION (v0.1.0, the manager image's tag),
-# CERT_MANAGER_VERSION (v1.21.1).
+# CERT_MANAGER_VERSION (v1.21.1), MGMT_AUDIT_POLICY (an audit policy file:
+# a new node's API server then writes its audit log to
+# /var/log/kubernetes/audit/audit.log in the node; make bench-capd counts the
+# providers' writes in it).
 set -euo pipefail
 # shellcheck source=hack/quickstart/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -50,6 +53,7 @@ label="$QS_LABEL=$node" # per management cluster, so that down removes only its 
 kubeconfig="$QS_OUT/management.kubeconfig"
 kubectl_in_node=(docker exec "$node" kubectl --kubeconfig=/etc/kubernetes/admin.conf)
 restart_timeout=${MGMT_RESTART_TIMEOUT:-240}
+audit_policy=${MGMT_AUDIT_POLICY:-}
 # What to run when an existing management cluster cannot be brought back.
 remedy="run 'make quickstart-down' (it removes everything the quickstart and CAPCT labelled, even with this cluster broken), then 'make quickstart'"
 
@@ -301,6 +305,21 @@ create_node() {
 
   step "kubeadm init"
   ip=$(docker inspect -f "{{ (index .NetworkSettings.Networks \"$network\").IPAddress }}" "$node")
+  # The API server's audit settings, when asked for: the policy and the log
+  # on the node's disk, mounted into the static pod. The log is large enough
+  # not to rotate during a benchmark.
+  local audit=""
+  if [[ -n "$audit_policy" ]]; then
+    docker exec -i "$node" bash -c 'mkdir -p /etc/kubernetes/audit /var/log/kubernetes/audit && cat > /etc/kubernetes/audit/policy.yaml' <"$audit_policy"
+    audit="  extraArgs:
+  - {name: audit-policy-file, value: /etc/kubernetes/audit/policy.yaml}
+  - {name: audit-log-path, value: /var/log/kubernetes/audit/audit.log}
+  - {name: audit-log-maxsize, value: \"2048\"}
+  - {name: audit-log-maxbackup, value: \"1\"}
+  extraVolumes:
+  - {name: audit-policy, hostPath: /etc/kubernetes/audit, mountPath: /etc/kubernetes/audit, readOnly: true, pathType: Directory}
+  - {name: audit-log, hostPath: /var/log/kubernetes/audit, mountPath: /var/log/kubernetes/audit, pathType: DirectoryOrCreate}"
+  fi
   docker exec -i "$node" bash -c 'mkdir -p /kind /etc/cni/net.d && cat > /kind/kubeadm.conf' <<YAML
 apiVersion: kubeadm.k8s.io/v1beta4
 kind: InitConfiguration
@@ -325,6 +344,7 @@ clusterName: $node
 controlPlaneEndpoint: $node:6443
 apiServer:
   certSANs: [localhost, 127.0.0.1, $node, $ip]
+$audit
 networking:
   podSubnet: 10.244.0.0/16
   serviceSubnet: 10.96.0.0/16
@@ -335,29 +355,21 @@ cgroupDriver: systemd
 cgroupRoot: /kubelet
 failSwapOn: false
 failCgroupV1: false
+# The node shares the container host's disk, which other work fills: never
+# evict for it (the workload nodes' template does the same). With the
+# default 10 %, a host with less free evicted the controllers mid-benchmark.
+evictionHard:
+  nodefs.available: "0%"
+  nodefs.inodesFree: "0%"
+  imagefs.available: "0%"
+imageGCHighThresholdPercent: 100
 ---
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 conntrack:
   maxPerCore: 0
 YAML
-  docker exec -i "$node" tee /etc/cni/net.d/10-capct.conflist >/dev/null <<'JSON'
-{
-  "cniVersion": "1.0.0",
-  "name": "capct-mgmt",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "cni0",
-      "isGateway": true,
-      "ipMasq": true,
-      "hairpinMode": true,
-      "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}
-    },
-    {"type": "portmap", "capabilities": {"portMappings": true}}
-  ]
-}
-JSON
+  docker exec -i "$node" sh -s 10.244.0.0/24 <"$QS_ROOT/hack/quickstart/bridge-cni.sh"
   local out
   if ! out=$(docker exec "$node" kubeadm init --config=/kind/kubeadm.conf --skip-token-print --v=1 2>&1); then
     echo "$out" | tail -40 >&2

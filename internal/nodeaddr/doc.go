@@ -29,7 +29,10 @@
 // # Concurrency
 //
 // Picking and creating are two steps, so [Launcher] serialises "read the
-// held addresses, pick, create, start" per network within the process.
+// held addresses, pick, create" per network within the process. The start
+// is outside the lock: a created container already holds its static
+// address in the held list, and a node's start takes seconds, which would
+// queue a scale-out's launches one behind the other.
 // The engine checks a static address only when the container starts; an
 // address taken in between by a container CAPCT does not know (another
 // manager, a user's docker run) is refused there, and the launcher removes

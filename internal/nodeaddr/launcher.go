@@ -14,9 +14,10 @@ import (
 // refused an address as taken.
 const maxInUseRetries = 3
 
-// networkLocks serialises launches per network name. It is one for the
-// whole process, not one per Launcher, because the node and load-balancer
-// controllers each make their own Launcher and share networks.
+// networkLocks serialises the picking of addresses and the creation of
+// containers per network name. It is one for the whole process, not one per
+// Launcher, because the node and load-balancer controllers each make their
+// own Launcher and share networks.
 var networkLocks keyedMutex
 
 // refused holds, per network, the addresses the engine refused as in use
@@ -70,61 +71,87 @@ type Launcher struct {
 }
 
 // Launch creates spec's container with the lowest free address in every
-// family of its network and starts it, serialised per network with every
-// other Launch of the process. Addresses spec already names are kept. A
-// container that exists already is adopted and started as it is.
+// family of its network and starts it. Picking and creating are serialised
+// per network with every other Launch of the process; starting is not: a
+// created container holds its static addresses for every later pick (Held
+// lists them, running or not), and a node's start takes seconds, which
+// would otherwise queue a scale-out's launches one behind the other, and
+// every other user of the lock behind them. Addresses spec already names
+// are kept. A container that exists already is adopted and started as it
+// is.
 //
 // On a network that takes no static addresses (Docker's networks whose
 // subnet their creator did not choose), the container is created again
 // without them and Launch returns it with StaticFallback true: its address
 // may change when it restarts.
 func (l *Launcher) Launch(ctx context.Context, spec container.MachineSpec) (*Launched, error) {
-	unlock := networkLocks.lock(spec.Network)
-	defer unlock()
-	return l.launchLocked(ctx, spec)
+	return l.launch(ctx, spec, nil)
 }
 
 // Replace removes the container spec.Name and launches it again from spec,
-// in one step for the other launches on its network, so that the addresses
-// spec names (the old container's) cannot be picked by another launch in
-// between. It is for stateless containers only (the load balancer).
+// removing and creating in one step for the other launches on its network,
+// so that the addresses spec names (the old container's) cannot be picked
+// by another launch in between. It is for stateless containers only (the
+// load balancer).
 func (l *Launcher) Replace(ctx context.Context, spec container.MachineSpec) (*Launched, error) {
-	unlock := networkLocks.lock(spec.Network)
-	defer unlock()
-	if err := l.Runtime.Delete(ctx, spec.Name, container.OwnerOf(spec.Labels)); err != nil {
-		return nil, fmt.Errorf("failed to remove container %s to replace it: %w", spec.Name, err)
-	}
-	return l.launchLocked(ctx, spec)
+	return l.launch(ctx, spec, func() error {
+		if err := l.Runtime.Delete(ctx, spec.Name, container.OwnerOf(spec.Labels)); err != nil {
+			return fmt.Errorf("failed to remove container %s to replace it: %w", spec.Name, err)
+		}
+		return nil
+	})
 }
 
-func (l *Launcher) launchLocked(ctx context.Context, spec container.MachineSpec) (*Launched, error) {
-	if m, err := l.Runtime.Inspect(ctx, spec.Name); err == nil {
-		return l.start(ctx, spec, m, false)
-	} else if !container.IsNotFound(err) {
-		return nil, err
-	}
+// launch creates (after first, when given, under the same lock) and starts
+// spec's container, picking again when the engine refuses a picked address
+// as in use.
+func (l *Launcher) launch(ctx context.Context, spec container.MachineSpec, first func() error) (*Launched, error) {
 	picked := spec.StaticIPv4.IsValid() || spec.StaticIPv6.IsValid()
 	for attempt := 0; ; attempt++ {
-		s := spec
-		if !picked {
-			addrs, err := l.pick(ctx, spec.Network, spec.Name)
-			if err != nil {
-				return nil, err
-			}
-			s.StaticIPv4, s.StaticIPv6 = addrs.IPv4, addrs.IPv6
-		}
-		m, err := l.Runtime.CreateMachine(ctx, s)
+		s, m, created, err := l.create(ctx, spec, picked, first)
 		if err != nil {
 			return nil, err
 		}
-		launched, err := l.start(ctx, s, m, true)
-		if container.IsInUse(err) && !picked && attempt < maxInUseRetries {
+		first = nil
+		launched, err := l.start(ctx, s, m, created)
+		if created && container.IsInUse(err) && !picked && attempt < maxInUseRetries {
 			// Someone CAPCT does not know took the address between the pick
 			// and the start; it holds it now, so the next pick skips it.
 			continue
 		}
 		return launched, err
 	}
+}
+
+// create adopts spec's container when it exists, or picks its addresses
+// (unless spec names them) and creates it, under the network's lock. It
+// returns the spec the container was created from and whether this call
+// created it.
+func (l *Launcher) create(ctx context.Context, spec container.MachineSpec, picked bool, first func() error) (container.MachineSpec, *container.Machine, bool, error) {
+	unlock := networkLocks.lock(spec.Network)
+	defer unlock()
+	if first != nil {
+		if err := first(); err != nil {
+			return spec, nil, false, err
+		}
+	}
+	if m, err := l.Runtime.Inspect(ctx, spec.Name); err == nil {
+		return spec, m, false, nil
+	} else if !container.IsNotFound(err) {
+		return spec, nil, false, err
+	}
+	if !picked {
+		addrs, err := l.pick(ctx, spec.Network, spec.Name)
+		if err != nil {
+			return spec, nil, false, err
+		}
+		spec.StaticIPv4, spec.StaticIPv6 = addrs.IPv4, addrs.IPv6
+	}
+	m, err := l.Runtime.CreateMachine(ctx, spec)
+	if err != nil {
+		return spec, nil, false, err
+	}
+	return spec, m, true, nil
 }
 
 // Launched is what Launch made.

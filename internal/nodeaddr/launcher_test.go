@@ -230,3 +230,63 @@ func TestReplaceKeepsTheAddresses(t *testing.T) {
 		t.Fatalf("first %+v, second %+v", first.Machine, second.Machine)
 	}
 }
+
+// blockingRuntime holds the start of one container until released, as a
+// node's start holds for seconds on a busy engine.
+type blockingRuntime struct {
+	*fake.Runtime
+	name    string
+	started chan struct{}
+	release chan struct{}
+}
+
+func (r *blockingRuntime) Start(ctx context.Context, name string, owner container.Owner) error {
+	if name == r.name {
+		close(r.started)
+		<-r.release
+	}
+	return r.Runtime.Start(ctx, name, owner)
+}
+
+// A launch whose start takes long does not hold up the other launches on
+// its network (a scale-out's nodes would start one behind the other), nor
+// do they pick its address: it holds it from its creation.
+func TestLaunchesOnOneNetworkStartInParallel(t *testing.T) {
+	rt := &blockingRuntime{Runtime: fake.New(nil), name: "c1-a", started: make(chan struct{}), release: make(chan struct{})}
+	n := managedNetwork(t, rt.Runtime, container.IPv4)
+	l := &nodeaddr.Launcher{Runtime: rt}
+	type result struct {
+		got *nodeaddr.Launched
+		err error
+	}
+	slow := make(chan result, 1)
+	go func() {
+		got, err := l.Launch(context.Background(), spec(n.Name, "a"))
+		slow <- result{got, err}
+	}()
+	<-rt.started
+
+	fast := make(chan result, 1)
+	go func() {
+		got, err := l.Launch(context.Background(), spec(n.Name, "b"))
+		fast <- result{got, err}
+	}()
+	var b result
+	select {
+	case b = <-fast:
+	case <-time.After(10 * time.Second):
+		close(rt.release)
+		t.Fatal("the second launch waited for the first one's start")
+	}
+	close(rt.release)
+	a := <-slow
+	if a.err != nil || b.err != nil {
+		t.Fatalf("launch errors: %v, %v", a.err, b.err)
+	}
+	if a.got.Machine.State != container.StateRunning || b.got.Machine.State != container.StateRunning {
+		t.Fatalf("want both running, got %s and %s", a.got.Machine.State, b.got.Machine.State)
+	}
+	if a.got.Machine.StaticIPv4 == b.got.Machine.StaticIPv4 {
+		t.Fatalf("both launches picked %s", a.got.Machine.StaticIPv4)
+	}
+}
