@@ -124,6 +124,15 @@ func (e *env) notified(key types.NamespacedName) {
 	}
 }
 
+// launchedNamed returns a scope per name, each machine's container launched.
+func (e *env) launchedNamed(names ...string) []*MachineScope {
+	var machines []*MachineScope
+	for _, name := range names {
+		machines = append(machines, e.launched(func(s *MachineScope) { s.ContainerMachine.Name = name }))
+	}
+	return machines
+}
+
 func (e *env) reconcileBootstrap(s *MachineScope) {
 	e.t.Helper()
 	if _, err := (&Bootstrap{e.deps}).Reconcile(context.Background(), s); err != nil {
@@ -376,16 +385,9 @@ func TestWaitingForASlotWritesNothingNewWhileTheLineMoves(t *testing.T) {
 	k := e.newKubeadm(container.ExecResult{})
 	release := k.holdRuns()
 	defer release()
-	ctx := context.Background()
-	var machines []*MachineScope
-	for _, name := range []string{"cp-0", "cp-1", "cp-2"} {
-		s := newScope()
-		s.ContainerMachine.Name = name
-		if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
-			t.Fatal(err)
-		}
+	machines := e.launchedNamed("cp-0", "cp-1", "cp-2")
+	for _, s := range machines {
 		e.reconcileBootstrap(s)
-		machines = append(machines, s)
 	}
 	last := machines[2]
 	wantCondition(t, last, infrav1.BootstrappedCondition, metav1.ConditionFalse, WaitingForBootstrapSlotReason)
@@ -407,16 +409,7 @@ func TestBootstrapSlotsBoundTheBootstrapsInFlight(t *testing.T) {
 	k := e.newKubeadm(container.ExecResult{})
 	release := k.holdRuns()
 	defer release()
-	ctx := context.Background()
-	var machines []*MachineScope
-	for _, name := range []string{"cp-0", "cp-1", "cp-2"} {
-		s := newScope()
-		s.ContainerMachine.Name = name
-		if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-		machines = append(machines, s)
-	}
+	machines := e.launchedNamed("cp-0", "cp-1", "cp-2")
 	for _, s := range machines {
 		e.reconcileBootstrap(s)
 	}
