@@ -14,10 +14,10 @@ import (
 // refused an address as taken.
 const maxInUseRetries = 3
 
-// networkLocks serialises the picking of addresses and the creation of
-// containers per network name. It is one for the whole process, not one per
-// Launcher, because the node and load-balancer controllers each make their
-// own Launcher and share networks.
+// networkLocks serialises the picking of addresses per network name. It is
+// one for the whole process, not one per Launcher, because the node and
+// load-balancer controllers each make their own Launcher and share
+// networks.
 var networkLocks keyedMutex
 
 // refused holds, per network, the addresses the engine refused as in use
@@ -26,36 +26,61 @@ var networkLocks keyedMutex
 // skip them for the life of the process, so that a launch does not pick the
 // same refused address again and again. It only grows by refusals, which
 // are rare, and never past the subnet.
-var refused refusedAddrs
+var refused addrSets
+
+// creating holds, per network, the addresses of the containers being
+// created, from the pick (under the network's lock) until the engine has
+// the container and so reports its addresses itself. The creates run
+// outside the lock: on a busy engine a node's create takes seconds, and a
+// scale-out's creates, and every adoption of an existing container such as
+// the load balancer's, would otherwise queue one behind the other.
+var creating addrSets
 
 // Refused records that the engine refused addrs on network as in use; the
 // next picks skip them. Launch records its own refusals; callers that start
 // a container outside Launch and meet the refusal record it here.
 func Refused(network string, addrs ...netip.Addr) { refused.add(network, addrs...) }
 
-type refusedAddrs struct {
+// addrSets is a counted set of addresses per network, safe for concurrent
+// use.
+type addrSets struct {
 	mu        sync.Mutex
-	byNetwork map[string]map[netip.Addr]bool
+	byNetwork map[string]map[netip.Addr]int
 }
 
-func (r *refusedAddrs) add(network string, addrs ...netip.Addr) {
+func (r *addrSets) add(network string, addrs ...netip.Addr) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.byNetwork == nil {
-		r.byNetwork = map[string]map[netip.Addr]bool{}
+		r.byNetwork = map[string]map[netip.Addr]int{}
 	}
 	for _, a := range addrs {
 		if !a.IsValid() {
 			continue
 		}
 		if r.byNetwork[network] == nil {
-			r.byNetwork[network] = map[netip.Addr]bool{}
+			r.byNetwork[network] = map[netip.Addr]int{}
 		}
-		r.byNetwork[network][a] = true
+		r.byNetwork[network][a]++
 	}
 }
 
-func (r *refusedAddrs) list(network string) []netip.Addr {
+// remove takes back one add of each address.
+func (r *addrSets) remove(network string, addrs ...netip.Addr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set := r.byNetwork[network]
+	for _, a := range addrs {
+		if set[a]--; set[a] <= 0 {
+			delete(set, a)
+		}
+	}
+	if len(set) == 0 {
+		delete(r.byNetwork, network)
+	}
+}
+
+func (r *addrSets) list(network string) []netip.Addr {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]netip.Addr, 0, len(r.byNetwork[network]))
@@ -71,14 +96,15 @@ type Launcher struct {
 }
 
 // Launch creates spec's container with the lowest free address in every
-// family of its network and starts it. Picking and creating are serialised
-// per network with every other Launch of the process; starting is not: a
-// created container holds its static addresses for every later pick (Held
-// lists them, running or not), and a node's start takes seconds, which
-// would otherwise queue a scale-out's launches one behind the other, and
-// every other user of the lock behind them. Addresses spec already names
-// are kept. A container that exists already is adopted and started as it
-// is.
+// family of its network and starts it. Only the picking is serialised per
+// network with every other Launch of the process; creating and starting are
+// not: the addresses of a container being created are held in memory until
+// the engine has it, and a created container holds its static addresses
+// for every later pick (Held lists them, running or not). A node's create
+// and start take seconds on a busy engine, which would otherwise queue a
+// scale-out's launches one behind the other, and every other user of the
+// lock behind them. Addresses spec already names are kept. A container that
+// exists already is adopted and started as it is, without the lock.
 //
 // On a network that takes no static addresses (Docker's networks whose
 // subnet their creator did not choose), the container is created again
@@ -124,34 +150,51 @@ func (l *Launcher) launch(ctx context.Context, spec container.MachineSpec, first
 }
 
 // create adopts spec's container when it exists, or picks its addresses
-// (unless spec names them) and creates it, under the network's lock. It
+// (unless spec names them) under the network's lock and creates it. It
 // returns the spec the container was created from and whether this call
 // created it.
 func (l *Launcher) create(ctx context.Context, spec container.MachineSpec, picked bool, first func() error) (container.MachineSpec, *container.Machine, bool, error) {
-	unlock := networkLocks.lock(spec.Network)
-	defer unlock()
-	if first != nil {
-		if err := first(); err != nil {
+	if first == nil {
+		// The common case, every reconcile of a launched machine and of the
+		// load balancer: nothing to pick, so nothing to wait for.
+		if m, err := l.Runtime.Inspect(ctx, spec.Name); err == nil {
+			return spec, m, false, nil
+		} else if !container.IsNotFound(err) {
 			return spec, nil, false, err
 		}
 	}
-	if m, err := l.Runtime.Inspect(ctx, spec.Name); err == nil {
-		return spec, m, false, nil
-	} else if !container.IsNotFound(err) {
+	spec, err := l.reserve(ctx, spec, picked, first)
+	if err != nil {
 		return spec, nil, false, err
 	}
-	if !picked {
-		addrs, err := l.pick(ctx, spec.Network, spec.Name)
-		if err != nil {
-			return spec, nil, false, err
-		}
-		spec.StaticIPv4, spec.StaticIPv6 = addrs.IPv4, addrs.IPv6
-	}
+	defer creating.remove(spec.Network, spec.StaticIPv4, spec.StaticIPv6)
 	m, err := l.Runtime.CreateMachine(ctx, spec)
 	if err != nil {
 		return spec, nil, false, err
 	}
 	return spec, m, true, nil
+}
+
+// reserve runs first, when given, then picks spec's addresses unless spec
+// names them, and holds them in creating for the caller's create, all under
+// the network's lock, so that no other pick can take them in between.
+func (l *Launcher) reserve(ctx context.Context, spec container.MachineSpec, picked bool, first func() error) (container.MachineSpec, error) {
+	unlock := networkLocks.lock(spec.Network)
+	defer unlock()
+	if first != nil {
+		if err := first(); err != nil {
+			return spec, err
+		}
+	}
+	if !picked {
+		addrs, err := l.pick(ctx, spec.Network, spec.Name)
+		if err != nil {
+			return spec, err
+		}
+		spec.StaticIPv4, spec.StaticIPv6 = addrs.IPv4, addrs.IPv6
+	}
+	creating.add(spec.Network, spec.StaticIPv4, spec.StaticIPv6)
+	return spec, nil
 }
 
 // Launched is what Launch made.
@@ -200,6 +243,10 @@ func (l *Launcher) start(ctx context.Context, spec container.MachineSpec, m *con
 // pick reads what the engine holds on the network and picks the lowest
 // free addresses for the container name.
 func (l *Launcher) pick(ctx context.Context, network, name string) (Addresses, error) {
+	// The creates in flight before what the engine holds: a create's
+	// addresses leave creating only once the engine has its container, so
+	// read in this order no address falls between the two.
+	inFlight := creating.list(network)
 	n, err := l.Runtime.InspectNetwork(ctx, network)
 	if err != nil {
 		return Addresses{}, fmt.Errorf("failed to read the addresses held on network %s: %w", network, err)
@@ -210,7 +257,8 @@ func (l *Launcher) pick(ctx context.Context, network, name string) (Addresses, e
 	if err != nil {
 		return Addresses{}, fmt.Errorf("failed to list the containers on network %s: %w", network, err)
 	}
-	addrs, err := PickAll(FamiliesOf(n), append(Held(n, machines), refused.list(network)...))
+	held := append(Held(n, machines), refused.list(network)...)
+	addrs, err := PickAll(FamiliesOf(n), append(held, inFlight...))
 	if err != nil {
 		return Addresses{}, fmt.Errorf("failed to pick an address for container %s on network %s: %w", name, network, err)
 	}

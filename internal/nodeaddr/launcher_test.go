@@ -231,21 +231,33 @@ func TestReplaceKeepsTheAddresses(t *testing.T) {
 	}
 }
 
-// blockingRuntime holds the start of one container until released, as a
-// node's start holds for seconds on a busy engine.
+// blockingRuntime holds the start (or, with holdCreate, the create) of one
+// container until released, as a node's start and create hold for seconds
+// on a busy engine.
 type blockingRuntime struct {
 	*fake.Runtime
-	name    string
-	started chan struct{}
-	release chan struct{}
+	name       string
+	holdCreate bool
+	started    chan struct{}
+	release    chan struct{}
+	creates    atomic.Int32
+	held       atomic.Bool
 }
 
 func (r *blockingRuntime) Start(ctx context.Context, name string, owner container.Owner) error {
-	if name == r.name {
+	if name == r.name && !r.holdCreate {
 		close(r.started)
 		<-r.release
 	}
 	return r.Runtime.Start(ctx, name, owner)
+}
+
+func (r *blockingRuntime) CreateMachine(ctx context.Context, spec container.MachineSpec) (*container.Machine, error) {
+	if r.creates.Add(1); spec.Name == r.name && r.holdCreate && r.held.CompareAndSwap(false, true) {
+		close(r.started)
+		<-r.release
+	}
+	return r.Runtime.CreateMachine(ctx, spec)
 }
 
 // A launch whose start takes long does not hold up the other launches on
@@ -288,5 +300,101 @@ func TestLaunchesOnOneNetworkStartInParallel(t *testing.T) {
 	}
 	if a.got.Machine.StaticIPv4 == b.got.Machine.StaticIPv4 {
 		t.Fatalf("both launches picked %s", a.got.Machine.StaticIPv4)
+	}
+}
+
+// A launch whose create takes long holds up neither the other launches on
+// its network nor the adoption of a container that exists (the load
+// balancer's, on every pass of its cluster), and the address it picked is
+// not picked again while the engine does not know it yet.
+func TestLaunchesOnOneNetworkCreateInParallel(t *testing.T) {
+	rt := &blockingRuntime{Runtime: fake.New(nil), name: "c1-a", holdCreate: true, started: make(chan struct{}), release: make(chan struct{})}
+	n := managedNetwork(t, rt.Runtime, container.IPv4)
+	l := &nodeaddr.Launcher{Runtime: rt}
+	existing, err := l.Launch(context.Background(), spec(n.Name, "lb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		got *nodeaddr.Launched
+		err error
+	}
+	slow := make(chan result, 1)
+	go func() {
+		got, err := l.Launch(context.Background(), spec(n.Name, "a"))
+		slow <- result{got, err}
+	}()
+	<-rt.started
+
+	others := make(chan result, 2)
+	for _, name := range []string{"b", "lb"} {
+		go func() {
+			got, err := l.Launch(context.Background(), spec(n.Name, name))
+			others <- result{got, err}
+		}()
+	}
+	var b, lb result
+	for range 2 {
+		select {
+		case r := <-others:
+			if r.err != nil {
+				close(rt.release)
+				t.Fatalf("launch error: %v", r.err)
+			}
+			if r.got.Machine.Name == existing.Machine.Name {
+				lb = r
+			} else {
+				b = r
+			}
+		case <-time.After(10 * time.Second):
+			close(rt.release)
+			t.Fatal("a launch waited for another one's create")
+		}
+	}
+	close(rt.release)
+	a := <-slow
+	if a.err != nil {
+		t.Fatalf("launch error: %v", a.err)
+	}
+	if lb.got.Machine.ID != existing.Machine.ID {
+		t.Fatalf("the existing container %s was not adopted: %+v", existing.Machine.Name, lb.got.Machine)
+	}
+	addrs := map[netip.Addr]string{}
+	for _, r := range []result{a, b, lb} {
+		if other, ok := addrs[r.got.Machine.StaticIPv4]; ok {
+			t.Fatalf("%s handed to %s and %s", r.got.Machine.StaticIPv4, other, r.got.Machine.Name)
+		}
+		addrs[r.got.Machine.StaticIPv4] = r.got.Machine.Name
+	}
+	// A launch that picked a held address is refused at its start and
+	// creates its container again.
+	if n := rt.creates.Load(); n != 3 {
+		t.Fatalf("%d creates for 3 containers: a launch picked an address being created", n)
+	}
+}
+
+// Adopting a container that exists takes no lock: the load balancer's
+// cluster is reconciled while its machines pick their addresses.
+func TestLaunchAdoptsWithoutTheNetworkLock(t *testing.T) {
+	rt := fake.New(nil)
+	n := managedNetwork(t, rt, container.IPv4)
+	l := &nodeaddr.Launcher{Runtime: rt}
+	if _, err := l.Launch(context.Background(), spec(n.Name, "lb")); err != nil {
+		t.Fatal(err)
+	}
+	unlock := nodeaddr.LockNetwork(n.Name)
+	defer unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Launch(context.Background(), spec(n.Name, "lb"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("adopting an existing container waited for the network's lock")
 	}
 }
