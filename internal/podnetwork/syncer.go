@@ -49,7 +49,7 @@ type clusterState struct {
 	// list cannot undo what a newer one did.
 	sync sync.Mutex
 	// nodes is what was programmed into each node container; only the
-	// holder of sync touches it.
+	// holder of sync touches it, and not from the goroutines of a sync.
 	nodes map[string]programmed
 
 	mu sync.Mutex
@@ -159,17 +159,45 @@ func (s *Syncer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infra
 	st.forgetAllBut(byName)
 
 	desired := DesiredRoutes(nodes)
-	var errs []error
-	for _, n := range nodes {
+	// Each node's commands are independent of the others', and on a busy
+	// engine one node's take seconds: in turn, the last node of a
+	// scale-out would wait for every other one's before its CNI
+	// configuration, and so its Node's readiness.
+	results := make([]nodeResult, len(nodes))
+	slots := make(chan struct{}, maxConcurrentNodeSyncs)
+	var wg sync.WaitGroup
+	for i, n := range nodes {
 		c := byName[n.Name]
-		if err := s.syncNode(ctx, st, c, owner.ForMachine(c.Labels[container.LabelMachine]), n, desired[n.Name], cfg.ClusterCIDRs); err != nil {
+		p, known := st.nodes[n.Name]
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			results[i].programmed, results[i].err = s.syncNode(ctx, st, c, owner.ForMachine(c.Labels[container.LabelMachine]), n, p, known, desired[n.Name], cfg.ClusterCIDRs)
+		})
+	}
+	wg.Wait()
+	var errs []error
+	for i, n := range nodes {
+		if err := results[i].err; err != nil {
 			// Read the node back next time rather than trust what it was
 			// last brought to.
 			delete(st.nodes, n.Name)
 			errs = append(errs, err)
+			continue
 		}
+		st.nodes[n.Name] = results[i].programmed
 	}
 	return errors.Join(errs...)
+}
+
+// maxConcurrentNodeSyncs bounds the nodes one sync programs at the same
+// time, and so the commands it has in flight on the engine.
+const maxConcurrentNodeSyncs = 10
+
+// nodeResult is what syncNode brought one node to.
+type nodeResult struct {
+	programmed programmed
+	err        error
 }
 
 // forgetAllBut drops what is remembered of node containers that are gone.
@@ -196,8 +224,10 @@ func (st *clusterState) startsOf(name string) uint64 {
 }
 
 // syncNode brings one node to its CNI configuration, masquerade rule and
-// desired routes. The caller holds st.sync.
-func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c container.Machine, owner container.Owner, n Node, desired []Route, clusterCIDRs []netip.Prefix) error {
+// desired routes, from p, what it was last brought to (known says there is
+// such a record), and returns what it brought the node to. The caller holds
+// st.sync.
+func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c container.Machine, owner container.Owner, n Node, p programmed, known bool, desired []Route, clusterCIDRs []netip.Prefix) (programmed, error) {
 	now := s.clock.Now()
 	verifyInterval := s.VerifyInterval
 	if verifyInterval == 0 {
@@ -206,18 +236,17 @@ func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c container.Mac
 	// Read before the commands below: a start seen while they run makes
 	// the next sync program the node again.
 	starts := st.startsOf(n.Name)
-	p, known := st.nodes[n.Name]
 	trusted := known && p.id == c.ID && p.starts == starts && slices.Equal(p.podCIDRs, n.PodCIDRs) && now.Sub(p.verified) < verifyInterval
 	current := p.routes
 	if !trusted {
 		if len(n.PodCIDRs) > 0 {
 			if err := s.writeCNIConfig(ctx, n.Name, owner, n.PodCIDRs); err != nil {
-				return err
+				return programmed{}, err
 			}
 		}
 		out, err := s.exec(ctx, n.Name, owner, ProbeCommand(n.PodCIDRs, clusterCIDRs))
 		if err != nil {
-			return err
+			return programmed{}, err
 		}
 		current = ParseRoutes(out)
 		p = programmed{id: c.ID, starts: starts, podCIDRs: n.PodCIDRs, verified: now}
@@ -225,13 +254,12 @@ func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c container.Mac
 	add, del := DiffRoutes(current, desired, clusterCIDRs)
 	if cmd := ApplyCommand(add, del); cmd != nil {
 		if _, err := s.exec(ctx, n.Name, owner, cmd); err != nil {
-			return err
+			return programmed{}, err
 		}
 		ctrl.LoggerFrom(ctx).Info("Synced pod CIDR routes", "Container", n.Name, "Added", len(add), "Removed", len(del))
 	}
 	p.routes = desired
-	st.nodes[n.Name] = p
-	return nil
+	return p, nil
 }
 
 // writeCNIConfig writes the node's CNI configuration unless it already has

@@ -217,7 +217,14 @@ func TestSyncFailureInOneNode(t *testing.T) {
 	a, b := e.node("a", "10.244.0.0/24"), e.node("b", "10.244.1.0/24")
 	e.sync()
 	c := e.node("c", "10.244.2.0/24")
-	e.rt.FailNext(fake.OpExec, container.NewError("exec", "container", a, container.KindUnreachable, fmt.Errorf("connection reset")))
+	failed := false
+	e.rt.SetExecHandler(func(ctx context.Context, m container.Machine, files map[string][]byte, in container.ExecInput, stdin []byte) (container.ExecResult, bool) {
+		if m.Name == a && !failed {
+			failed = true
+			return container.ExecResult{ExitCode: 1, Stderr: []byte("connection reset")}, true
+		}
+		return e.routes.handle(ctx, m, files, in, stdin)
+	})
 	if err := e.syncer.Sync(e.ctx, e.cluster, e.cc); err == nil || !strings.Contains(err.Error(), a) {
 		t.Fatalf("Sync = %v, want the error of %s", err, a)
 	}
@@ -240,5 +247,38 @@ func TestSyncDoesNothingWithoutNodeIPAM(t *testing.T) {
 	e.sync()
 	if calls := e.rt.ExecCalls(); len(calls) != 0 {
 		t.Fatalf("a cluster without pod CIDRs ran %v", calls)
+	}
+}
+
+// A node whose commands hang (a container still booting on a busy engine)
+// does not hold up the others' CNI configuration and routes.
+func TestSyncOneSlowNodeHoldsUpNoOther(t *testing.T) {
+	e := newSyncEnv(t, "10.244.0.0/16")
+	e.node("a", "10.244.0.0/24")
+	e.sync()
+	slow, fast := e.node("b-slow", "10.244.1.0/24"), e.node("c-fast", "10.244.2.0/24")
+	release := make(chan struct{})
+	e.rt.SetExecHandler(func(ctx context.Context, m container.Machine, files map[string][]byte, in container.ExecInput, stdin []byte) (container.ExecResult, bool) {
+		if m.Name == slow {
+			<-release
+		}
+		return e.routes.handle(ctx, m, files, in, stdin)
+	})
+	done := make(chan error, 1)
+	go func() { done <- e.syncer.Sync(e.ctx, e.cluster, e.cc) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(e.routes.get(fast)) != 2 {
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatalf("%s was not programmed while %s's commands hung: routes %v", fast, slow, e.routes.get(fast))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(e.routes.get(slow)) != 2 {
+		t.Fatalf("%s's routes %v", slow, e.routes.get(slow))
 	}
 }
