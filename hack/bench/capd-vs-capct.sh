@@ -318,12 +318,14 @@ manager_usage() {
   local provider id
   for provider in capct capd; do
     id=$(kmgmt get pods -n "${manager_ns[$provider]}" -o json |
-      jq -r '[.items[].status.containerStatuses[]? | select(.name == "manager" and .state.running) | .containerID | sub("^containerd://"; "")][0] // empty')
+      jq -r '[.items[] | select(.metadata.deletionTimestamp == null) | .status.containerStatuses[]?
+              | select(.name == "manager" and .state.running) | .containerID | sub("^containerd://"; "")][0] // empty')
     [[ -n "$id" ]] || die "no running manager container in ${manager_ns[$provider]}"
     docker exec "$MGMT_NAME" bash -c '
       set -eu
       id=$1
       pid=$(ctr -n k8s.io task ls | awk -v id="$id" "\$1 == id {print \$2}")
+      [ -n "$pid" ] || { echo "no running task for the $2 manager container $id" >&2; exit 1; }
       if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
         dir=/sys/fs/cgroup$(sed -n "s/^0:://p" /proc/$pid/cgroup)
         [ "$3" != reset ] || echo 0 >"$dir/memory.peak" 2>/dev/null || true
