@@ -65,6 +65,11 @@ test-scale-out: ## MachinePool 0->10 real nodes and back, then again with the ho
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-sotest QUICKSTART_CLUSTER=sotest \
 		QUICKSTART_OUT=$(CURDIR)/out/scale-out-test hack/quickstart/scale-out-test.sh test
 
+.PHONY: bench-scale-out-profile
+bench-scale-out-profile: ## MachinePool 0->10 on real nodes with the manager's pprof on: goroutine and CPU profiles and each machine's phase timeline (out/scale-out-test/profile)
+	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-sotest QUICKSTART_CLUSTER=sotest \
+		QUICKSTART_OUT=$(CURDIR)/out/scale-out-test hack/quickstart/scale-out-test.sh profile
+
 .PHONY: bench-node-capacity
 bench-node-capacity: ## How many real nodes this host runs at once, all Ready (MachinePool to 10, 20, 30), and what runs out first
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-sotest QUICKSTART_CLUSTER=sotest \

@@ -17,6 +17,15 @@
 #        fail, and they must wait with the Launched condition's reason
 #        WaitingForHostCapacity; then the limit is restored and all 10 Nodes
 #        must become Ready; then 10->0.
+#   scale-out-test.sh profile    (make bench-scale-out-profile)
+#     the MachinePool 0->10 with the manager's pprof endpoint on
+#     (--profiler-address): a goroutine profile every PROFILE_INTERVAL
+#     seconds (5) and a CPU profile of the scale-out into
+#     out/scale-out-test/profile/, then each machine's lifecycle events in
+#     seconds from the scale (Launched, Bootstrapping, Bootstrapped,
+#     PodCIDRsAllocated, Initialized), and the time to every Node Ready;
+#     then 10->0 and down (PROFILE_KEEP=true leaves the clusters up;
+#     PROFILE_ARGS adds manager flags, e.g. --max-concurrent-bootstraps=0)
 #   scale-out-test.sh capacity   (make bench-node-capacity)
 #     the MachinePool to 10, 20, ... CAPACITY_MAX (30), each step waiting for
 #     every Node Ready (up to CAPACITY_STEP_TIMEOUT, 900 s) and then holding
@@ -208,6 +217,70 @@ test_scale_out() {
   down
 }
 
+# profile: see the header. The goroutine profiles show what each worker
+# waits on (a lock, an engine call); the event timeline shows which phase
+# the time went to.
+profile() {
+  remove_on_failure=true
+  up
+  local dir=$QS_OUT/profile interval=${PROFILE_INTERVAL:-5} deployment=capct-controller-manager
+  rm -rf "$dir" && mkdir -p "$dir"
+  step "the manager's pprof endpoint"
+  local args arg
+  args=$(kmgmt -n capct-system get deployment "$deployment" -o jsonpath='{.spec.template.spec.containers[0].args}')
+  for arg in --profiler-address=127.0.0.1:6060 ${PROFILE_ARGS:-}; do
+    grep -q -- "\"$arg\"" <<<"$args" && continue
+    kmgmt -n capct-system patch deployment "$deployment" --type=json \
+      -p "[{\"op\":\"add\",\"path\":\"/spec/template/spec/containers/0/args/-\",\"value\":\"$arg\"}]" >/dev/null
+  done
+  kmgmt -n capct-system rollout status deployment "$deployment" --timeout=300s >&2
+  local pod
+  # The new pod, not one the rollout is still terminating.
+  pod=$(kmgmt -n capct-system get pods -l control-plane=controller-manager -o json |
+    jq -r '[.items[] | select(.metadata.deletionTimestamp == null and .status.phase == "Running")] | sort_by(.metadata.creationTimestamp) | last | "pod/\(.metadata.name)"')
+  # The manager's pod is reached through the management API server; the
+  # port-forward ends with this script (and must not outlive it: it would
+  # hold the Docker lock's descriptor).
+  kmgmt -n capct-system port-forward "$pod" 16060:6060 >"$dir/port-forward.log" 2>&1 &
+  local pf=$!
+  trap 'kill "$pf" "$mem_pid" 2>/dev/null || true' EXIT
+  local i
+  for i in $(seq 30); do
+    curl -sf -o /dev/null http://127.0.0.1:16060/debug/pprof/ && break
+    sleep 1
+  done
+  # Lease renewals and the cache's first sync come before the clock starts.
+  sleep 20
+  step "scale MachinePool $pool 0->$replicas with profiles every ${interval}s"
+  local start=$SECONDS t0
+  t0=$(date +%s)
+  scale_pool "$replicas"
+  curl -s -o "$dir/cpu.pprof" "http://127.0.0.1:16060/debug/pprof/profile?seconds=60" &
+  local cpu=$!
+  until nodes_ready 0 "$replicas"; do
+    curl -s -o "$dir/goroutines-$(printf %03d $((SECONDS - start))).txt" "http://127.0.0.1:16060/debug/pprof/goroutine?debug=2" || true
+    [[ -z "$(failed_machines)" ]] || die "a machine of $pool failed"
+    ((SECONDS - start < timeout)) || die "MachinePool $pool did not reach $replicas Ready Nodes within ${timeout}s"
+    sleep "$interval"
+  done
+  log "measured: MachinePool 0->$replicas to every Node Ready in $((SECONDS - start))s"
+  wait "$cpu" || true
+  kmgmt -n capct-system logs "$pod" >"$dir/manager.log" 2>&1 || true
+  # Each machine's lifecycle events, in seconds from the scale.
+  kmgmt get events -n "$namespace" -o json | jq -r --argjson t0 "$t0" --arg pool "$pool-" '
+    [.items[] | select(.involvedObject.kind == "ContainerMachine" and (.involvedObject.name | startswith($pool)))
+     | {m: .involvedObject.name, r: .reason, t: (((.firstTimestamp // .eventTime) | sub("\\.[0-9]+"; "") | fromdateiso8601) - $t0)}]
+    | group_by(.r) | .[] | "\(.[0].r): \([.[].t] | sort | map(tostring) | join(" "))"' | tee "$dir/timeline.txt" >&2
+  log "profiles in $dir (go tool pprof -top $dir/cpu.pprof)"
+  kill "$pf" 2>/dev/null || true
+  if [[ "${PROFILE_KEEP:-false}" == true ]]; then
+    log "clusters left up (PROFILE_KEEP=true)"
+    return
+  fi
+  scale_in
+  down
+}
+
 capacity() {
   remove_on_failure=true
   up
@@ -243,6 +316,7 @@ capacity() {
 
 case "${1:-test}" in
   test) test_scale_out ;;
+  profile) profile ;;
   capacity) capacity ;;
-  *) echo "usage: $0 test|capacity" >&2; exit 2 ;;
+  *) echo "usage: $0 test|profile|capacity" >&2; exit 2 ;;
 esac
