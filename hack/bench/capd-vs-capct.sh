@@ -429,6 +429,9 @@ results() {
 
 command="make bench-capd ROUNDS=$rounds N=$replicas STEADY_SECONDS=$steady"
 if [[ "${1:-}" == results ]]; then # only recompute the results of the last run
+  # A run that failed before its end read no managers' usage: read it now,
+  # so that the rounds it finished still give medians.
+  [[ -f "$QS_OUT/usage-end.json" ]] || manager_usage >"$QS_OUT/usage-end.json"
   results
   exit
 fi
