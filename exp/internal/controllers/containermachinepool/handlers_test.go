@@ -8,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
 )
 
 // TestCoalesce sends ten member changes of one pool and one of another
@@ -51,27 +51,28 @@ func TestCoalesce(t *testing.T) {
 	}
 }
 
-// TestNotOnlyStatusChanged: a status-only update is dropped; a change of
-// the spec or of the metadata the pool acts on passes.
+// TestNotOnlyStatusChanged: a status-only update of a pool (its own status
+// patch) is dropped; a change of its spec or of the metadata it acts on
+// passes.
 func TestNotOnlyStatusChanged(t *testing.T) {
-	base := func() *clusterv1.MachinePool {
-		return &clusterv1.MachinePool{ObjectMeta: metav1.ObjectMeta{
+	base := func() *expinfrav1.ContainerMachinePool {
+		return &expinfrav1.ContainerMachinePool{ObjectMeta: metav1.ObjectMeta{
 			Name: "p", Generation: 1, Labels: map[string]string{"l": "1"}, Annotations: map[string]string{"a": "1"},
 			Finalizers: []string{"f"}, OwnerReferences: []metav1.OwnerReference{{Kind: "MachinePool", Name: "mp"}},
 		}}
 	}
 	now := metav1.Now()
 	for name, tc := range map[string]struct {
-		change func(*clusterv1.MachinePool)
+		change func(*expinfrav1.ContainerMachinePool)
 		want   bool
 	}{
-		"status only":      {func(p *clusterv1.MachinePool) { p.Status.Replicas = ptr.To[int32](3); p.ResourceVersion = "2" }, false},
-		"generation":       {func(p *clusterv1.MachinePool) { p.Generation = 2 }, true},
-		"label":            {func(p *clusterv1.MachinePool) { p.Labels["l"] = "2" }, true},
-		"annotation":       {func(p *clusterv1.MachinePool) { p.Annotations[clusterv1.PausedAnnotation] = "" }, true},
-		"finalizer":        {func(p *clusterv1.MachinePool) { p.Finalizers = nil }, true},
-		"owner reference":  {func(p *clusterv1.MachinePool) { p.OwnerReferences[0].Name = "other" }, true},
-		"deletion started": {func(p *clusterv1.MachinePool) { p.DeletionTimestamp = &now }, true},
+		"status only":      {func(p *expinfrav1.ContainerMachinePool) { p.Status.Replicas = 3; p.ResourceVersion = "2" }, false},
+		"generation":       {func(p *expinfrav1.ContainerMachinePool) { p.Generation = 2 }, true},
+		"label":            {func(p *expinfrav1.ContainerMachinePool) { p.Labels["l"] = "2" }, true},
+		"annotation":       {func(p *expinfrav1.ContainerMachinePool) { p.Annotations[clusterv1.PausedAnnotation] = "" }, true},
+		"finalizer":        {func(p *expinfrav1.ContainerMachinePool) { p.Finalizers = nil }, true},
+		"owner reference":  {func(p *expinfrav1.ContainerMachinePool) { p.OwnerReferences[0].Name = "other" }, true},
+		"deletion started": {func(p *expinfrav1.ContainerMachinePool) { p.DeletionTimestamp = &now }, true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			old, updated := base(), base()
