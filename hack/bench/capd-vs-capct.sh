@@ -20,10 +20,13 @@
 # containers started and joined by this script alone (docker run, kubeadm
 # join with a token, in parallel, the same KubeadmConfig files and commands
 # as CAPD's pool), timed to N Nodes registered and Ready.
-# In the last round both clusters are up (scaled out) at the same time for
-# STEADY_SECONDS: the steady-state window, in which the audit log separates
-# the providers' writes. The phases that run beside the other provider's
-# cluster are marked ("beside") in the results.
+# In the last round each provider's cluster, scaled out, then stays up alone
+# for STEADY_SECONDS: its steady-state window, which the audit log reads
+# for that provider's writes. Every phase runs with only one provider's
+# cluster up: two scaled-out clusters at once (3 + N nodes each) exhaust
+# this 2-core host (2026-12-04: CAPD's nodes beside CAPCT's did not go
+# Ready in 900 s), and a phase beside the other's cluster would not
+# measure the provider alone.
 #
 # From the audit log: each manager's writes (by its service account) per
 # provisioned machine during scale-out (from the scale to SETTLE_SECONDS
@@ -169,9 +172,9 @@ manifest() {
 # must return to.
 declare -A base_containers=()
 
-# up PROVIDER ROUND BESIDE: creates the cluster and scales its pool out.
+# up PROVIDER ROUND: creates the cluster and scales its pool out.
 up() {
-  local provider=$1 round=$2 beside=$3 name="$1-b$2" start running ready times tries=0
+  local provider=$1 round=$2 name="$1-b$2" start running ready times tries=0
   step "round $round: $provider up (create, MachinePool 0->$replicas)"
   manifest "$provider" "$name"
   rm -f "$QS_OUT/$name.kubeconfig"
@@ -182,8 +185,8 @@ up() {
   done
   times=$(await_up "$name" 3 3)
   read -r running ready <<<"$times"
-  record "$(jq -n --arg p "$provider" --argjson r "$round" --arg b "$beside" --argjson s "$start" --argjson m "$running" --argjson n "$ready" \
-    '{provider: $p, round: $r, phase: "create", beside: $b, start: $s, running: ($m - $s), ready: ($n - $s)}')"
+  record "$(jq -n --arg p "$provider" --argjson r "$round" --argjson s "$start" --argjson m "$running" --argjson n "$ready" \
+    '{provider: $p, round: $r, phase: "create", start: $s, running: ($m - $s), ready: ($n - $s)}')"
   log "$provider round $round: 3 Machines Running in $(jq -n "$running - $start | . * 10 | round / 10")s, 3 Nodes Ready in $(jq -n "$ready - $start | . * 10 | round / 10")s"
   base_containers[$name]=$(container_names "$provider" "$name")
 
@@ -194,9 +197,19 @@ up() {
   sleep "$settle" # the writes that follow Ready still count as this phase's
   # The machines' conditions, for where the time went (their transition times).
   kmgmt get machines,containermachines,dockermachines -n default -l "cluster.x-k8s.io/cluster-name=$name" -o json >"$QS_OUT/$name-scale-out.json"
-  record "$(jq -n --arg p "$provider" --argjson r "$round" --arg b "$beside" --argjson s "$start" --argjson m "$running" --argjson n "$ready" \
-    --argjson e "$(now)" '{provider: $p, round: $r, phase: "scale-out", beside: $b, start: $s, running: ($m - $s), ready: ($n - $s), end: $e}')"
+  record "$(jq -n --arg p "$provider" --argjson r "$round" --argjson s "$start" --argjson m "$running" --argjson n "$ready" \
+    --argjson e "$(now)" '{provider: $p, round: $r, phase: "scale-out", start: $s, running: ($m - $s), ready: ($n - $s), end: $e}')"
   log "$provider round $round: MachinePool 0->$replicas: Machines Running in $(jq -n "$running - $start | . * 10 | round / 10")s, Nodes Ready in $(jq -n "$ready - $start | . * 10 | round / 10")s"
+}
+
+# steady PROVIDER ROUND: the provider's cluster, scaled out, left alone
+# for STEADY_SECONDS; the results count the provider's writes in it.
+steady() {
+  local start
+  step "round $2: $1 steady state, its cluster up alone for ${steady}s"
+  start=$(now)
+  sleep "$steady"
+  record "$(jq -n --arg p "$1" --argjson r "$2" --argjson s "$start" --argjson e "$(now)" '{provider: $p, round: $r, phase: "steady", start: $s, end: $e}')"
 }
 
 # leftovers PROVIDER NAME: what is left of a deleted cluster, one per line:
@@ -210,10 +223,10 @@ leftovers() {
   kmgmt get machines,machinepools,containermachines,dockermachines -n default -l "cluster.x-k8s.io/cluster-name=$2" -o name 2>/dev/null || true
 }
 
-# down PROVIDER ROUND BESIDE: scales the pool in (and, for CAPD, runs the
+# down PROVIDER ROUND: scales the pool in (and, for CAPD, runs the
 # floor on its cluster), then deletes the cluster.
 down() {
-  local provider=$1 round=$2 beside=$3 name="$1-b$2" start deadline end="" left reg rdy
+  local provider=$1 round=$2 name="$1-b$2" start deadline end="" left reg rdy
   step "round $round: $provider down (MachinePool $replicas->0, delete)"
   start=$(now)
   deadline=$((SECONDS + timeout))
@@ -230,32 +243,32 @@ down() {
     fi
   done
   left=$(comm -13 <(echo "${base_containers[$name]}") <(container_names "$provider" "$name"))
-  record "$(jq -n --arg p "$provider" --argjson r "$round" --arg b "$beside" --argjson s "$start" --arg e "$end" --arg l "$left" \
-    '{provider: $p, round: $r, phase: "scale-in", beside: $b, start: $s, time: (if $e == "" then null else ($e | tonumber) - $s end),
+  record "$(jq -n --arg p "$provider" --argjson r "$round" --argjson s "$start" --arg e "$end" --arg l "$left" \
+    '{provider: $p, round: $r, phase: "scale-in", start: $s, time: (if $e == "" then null else ($e | tonumber) - $s end),
       leftovers: ($l | split("\n") | map(select(. != "")))}')"
   [[ -n "$end" ]] || log "WARNING: $provider round $round: the pool is not gone after ${timeout}s"
   log "$provider round $round: MachinePool $replicas->0 in $([[ -n "$end" ]] && jq -n "$end - $start | . * 10 | round / 10" || echo "-")s"
 
-  [[ $provider != capd ]] || floor "$name" "$round" "$beside"
+  [[ $provider != capd ]] || floor "$name" "$round"
 
   start=$(now)
   kmgmt delete cluster "$name" -n default --timeout="${timeout}s" >/dev/null
   end=$(now)
   left=$(leftovers "$provider" "$name")
-  record "$(jq -n --arg p "$provider" --argjson r "$round" --arg b "$beside" --argjson s "$start" --argjson e "$end" --arg l "$left" \
-    '{provider: $p, round: $r, phase: "delete", beside: $b, start: $s, time: ($e - $s), leftovers: ($l | split("\n") | map(select(. != "")))}')"
+  record "$(jq -n --arg p "$provider" --argjson r "$round" --argjson s "$start" --argjson e "$end" --arg l "$left" \
+    '{provider: $p, round: $r, phase: "delete", start: $s, time: ($e - $s), leftovers: ($l | split("\n") | map(select(. != "")))}')"
   log "$provider round $round: deleted in $(jq -n "$end - $start | . * 10 | round / 10")s${left:+; LEFT: $(tr '\n' ' ' <<<"$left")}"
 }
 
 # ---- the floor ----
 
-# floor NAME ROUND BESIDE: N node containers joined to CAPD's cluster NAME by this
+# floor NAME ROUND: N node containers joined to CAPD's cluster NAME by this
 # script alone, in parallel: docker run, the pool's KubeadmConfig files,
 # kubeadm join with a fresh token and the pool's JoinConfiguration, its
 # postKubeadmCommands. Timed from the first docker run to N Nodes
 # registered and Ready; then the Nodes and containers are removed.
 floor() {
-  local cluster=$1 round=$2 beside=$3 cp token endpoint config start registered="" ready="" reg rdy deadline i names=()
+  local cluster=$1 round=$2 cp token endpoint config start registered="" ready="" reg rdy deadline i names=()
   step "round $round: the floor, $replicas nodes joined by a script"
   cp=$(docker ps -q --filter "label=io.x-k8s.kind.cluster=$cluster" --filter "label=io.x-k8s.kind.role=control-plane" | head -1)
   token=$(docker exec "$cp" kubeadm token create --ttl 30m)
@@ -279,8 +292,8 @@ floor() {
     [[ -n "$registered" && -n "$ready" ]] || sleep 1
   done
   wait
-  record "$(jq -n --argjson r "$round" --arg b "$beside" --argjson s "$start" --argjson m "$registered" --argjson n "$ready" \
-    '{provider: "floor", round: $r, phase: "scale-out", beside: $b, start: $s, running: ($m - $s), ready: ($n - $s)}')"
+  record "$(jq -n --argjson r "$round" --argjson s "$start" --argjson m "$registered" --argjson n "$ready" \
+    '{provider: "floor", round: $r, phase: "scale-out", start: $s, running: ($m - $s), ready: ($n - $s)}')"
   log "floor round $round: $replicas Nodes registered in $(jq -n "$registered - $start | . * 10 | round / 10")s, Ready in $(jq -n "$ready - $start | . * 10 | round / 10")s"
   kwl "$cluster" delete nodes "${names[@]}" --wait=false >/dev/null
   docker rm -f -v "${names[@]}" >/dev/null
@@ -383,10 +396,10 @@ results() {
         scale_out_writes_per_machine: med($p; "scale-out"; .writes.total // null | if . == null then null else . / $n end),
         scale_out_writes_per_machine_without_leases: med($p; "scale-out"; .writes.without_leases // null | if . == null then null else . / $n end)
       }}) | from_entries) as $m
-    | ($ph | map(select(.phase == "steady")) | first) as $st
-    | (if $st then ["capct", "capd"] | map(. as $p | {key: $p, value: (writes($p; $st.start; $st.end) as $w
-        | {per_minute: ($w.total * 60 / ($st.end - $st.start) | r2), per_minute_without_leases: ($w.without_leases * 60 / ($st.end - $st.start) | r2), by_resource: $w.by_resource})}) | from_entries
-       else null end) as $steady_writes
+    | (["capct", "capd"] | map(. as $p | ($ph | map(select(.phase == "steady" and .provider == $p)) | first) as $st
+        | {key: $p, value: (if $st then writes($p; $st.start; $st.end) as $w
+          | {per_minute: ($w.total * 60 / ($st.end - $st.start) | r2), per_minute_without_leases: ($w.without_leases * 60 / ($st.end - $st.start) | r2), by_resource: $w.by_resource}
+          else null end)}) | from_entries) as $steady_writes
     | {date: $date, command: $command, wall_s: $wall, rounds: $rounds, n: $n, steady_s: $steady, settle_s: $settle,
        medians: $m,
        ratios: {
@@ -459,21 +472,11 @@ kmgmt rollout status deployment -n "${manager_ns[capd]}" capd-controller-manager
 manager_usage reset >"$QS_OUT/usage-start.json"
 for round in $(seq "$rounds"); do
   if ((round % 2 == 1)); then order=(capct capd); else order=(capd capct); fi
-  if ((round < rounds)); then
-    up "${order[0]}" "$round" ""
-    down "${order[0]}" "$round" ""
-    up "${order[1]}" "$round" ""
-    down "${order[1]}" "$round" ""
-  else
-    up "${order[0]}" "$round" ""
-    up "${order[1]}" "$round" "${order[0]}"
-    step "steady state: both clusters up for ${steady}s"
-    start=$(now)
-    sleep "$steady"
-    record "$(jq -n --argjson r "$round" --argjson s "$start" --argjson e "$(now)" '{provider: "both", round: $r, phase: "steady", start: $s, end: $e}')"
-    down "${order[0]}" "$round" "${order[1]}"
-    down "${order[1]}" "$round" ""
-  fi
+  for provider in "${order[@]}"; do
+    up "$provider" "$round"
+    ((round < rounds)) || steady "$provider" "$round"
+    down "$provider" "$round"
+  done
 done
 manager_usage >"$QS_OUT/usage-end.json"
 results
