@@ -66,7 +66,7 @@ run() {
   local rc=0 filter=()
   [[ -z "$labels" ]] || filter=(--label-filter "$labels")
   (cd "$suite" && "$ginkgo" run -tags e2e -v --timeout "${E2E_TIMEOUT:-2h}" "${filter[@]}" \
-    --output-dir "$artifacts" --junit-report junit.e2e.xml . -- \
+    --output-dir "$artifacts" --junit-report junit.e2e.xml --json-report report.e2e.json . -- \
     -e2e.config="$suite/config/container.yaml" -e2e.use-existing-cluster \
     -e2e.kubeconfig="$mgmt_kubeconfig" -e2e.artifacts-folder="$artifacts" \
     -e2e.cert-manager-from="$QS_OUT/clusterctl.yaml" \
@@ -85,7 +85,21 @@ run() {
       ((rc != 0)) || rc=1
     fi
   fi
-  ((rc == 0)) || die "the e2e specs failed (exit $rc); see $artifacts"
+  if ((rc != 0)); then
+    failures
+    die "the e2e specs failed (exit $rc); see $artifacts"
+  fi
+}
+
+# failures prints what each failed spec's assertion said, last, where a CI
+# log that keeps only the tail of the output still shows it (the spec's
+# own report is hundreds of lines above, among the framework's steps).
+failures() {
+  [[ -f "$artifacts/report.e2e.json" ]] || return 0
+  jq -r '.[].SpecReports[]? | select(.State != "passed" and .State != "skipped" and .State != "pending")
+    | "\((.ContainerHierarchyTexts // []) + [.LeafNodeText] | join(" ")) (\(.State)) at \(.Failure.Location.FileName):\(.Failure.Location.LineNumber)",
+      (.Failure.Message | split("\n") | .[:40] | map("  " + .) | join("\n"))' \
+    "$artifacts/report.e2e.json" | sed "s/^/$LOG_NAME: /" >&2
 }
 
 run
