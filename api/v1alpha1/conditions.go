@@ -33,6 +33,11 @@ const (
 	// PodCIDRAllocatedCondition: CAPCT's node IPAM allocated the machine's
 	// pod CIDRs.
 	PodCIDRAllocatedCondition = "PodCIDRAllocated"
+
+	// EnginesReadyCondition: the ContainerEngines a cluster lists in
+	// spec.engines can run its machines. Only clusters that list engines
+	// carry it.
+	EnginesReadyCondition = "EnginesReady"
 )
 
 // Condition reasons.
@@ -120,6 +125,10 @@ const (
 	// container host, and CAPCT does not pull. The message names each
 	// field; the machine launches once the images are loaded.
 	ImageNotOnHostReason = "ImageNotOnHost"
+	// NotSupportedYetReason: the object asks for a feature whose API exists
+	// but whose behaviour is not built yet (docs/multihost.md); nothing is
+	// made for it.
+	NotSupportedYetReason = "NotSupportedYet"
 	// HostPathNotFoundReason: a host path of spec.extraMounts does not
 	// exist on the container host. CAPCT does not create it; the machine
 	// launches once it exists.

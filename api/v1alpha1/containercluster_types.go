@@ -10,6 +10,7 @@ import (
 const ClusterFinalizer = "containercluster.infrastructure.cluster.x-k8s.io"
 
 // ContainerClusterSpec is the desired state of a ContainerCluster.
+// +kubebuilder:validation:XValidation:rule="!has(self.engines) || !has(self.failureDomains)",message="engines and failureDomains exclude each other: a cluster's engines are its failure domains",fieldPath=".engines"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.clusterID) || (has(self.clusterID) && self.clusterID == oldSelf.clusterID)",message="clusterID is immutable once set: it names the cluster's containers on the engine"
 type ContainerClusterSpec struct {
 	// clusterID identifies the cluster's containers and networks on the
@@ -33,7 +34,8 @@ type ContainerClusterSpec struct {
 
 	// failureDomains are copied to status. On one container host they only
 	// label containers; they are kept so that templates from other providers
-	// work unchanged.
+	// work unchanged. They exclude engines, whose names are the failure
+	// domains of a cluster on several engines.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -45,10 +47,38 @@ type ContainerClusterSpec struct {
 	// +optional
 	LoadBalancer LoadBalancerSpec `json:"loadBalancer,omitempty,omitzero"`
 
+	// engines are the ContainerEngines the cluster's machines run on, each a
+	// failure domain; the first holds the load balancer. Empty: the
+	// manager's own engine, as always. The first engine never changes, and
+	// the list cannot be added to a cluster that has none, or removed.
+	// Not built yet: a cluster that lists engines gets EnginesReady=False
+	// (NotSupportedYet) and nothing is made for it (docs/multihost.md).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	Engines []ClusterEngine `json:"engines,omitempty"`
+
 	// network configures the cluster's container network and pod CIDR
 	// allocation.
 	// +optional
 	Network NetworkSpec `json:"network,omitempty,omitzero"`
+}
+
+// ClusterEngine is one ContainerEngine a cluster's machines may run on.
+type ClusterEngine struct {
+	// name of the ContainerEngine.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// controlPlane: control-plane machines may run on this engine.
+	// Defaults to true.
+	// +optional
+	ControlPlane *bool `json:"controlPlane,omitempty"`
 }
 
 // LoadBalancerSpec configures the control-plane load balancer.
@@ -208,6 +238,7 @@ type ContainerCluster struct {
 	// +kubebuilder:validation:XValidation:rule="(has(self.network) && has(self.network.name) ? self.network.name : '') == (has(oldSelf.network) && has(oldSelf.network.name) ? oldSelf.network.name : '')",message="network.name is immutable, also by adding or removing spec.network: the cluster's containers are attached to the network",fieldPath=".network.name"
 	// +kubebuilder:validation:XValidation:rule="(has(self.network) && has(self.network.mode) ? self.network.mode : 'Managed') == (has(oldSelf.network) && has(oldSelf.network.mode) ? oldSelf.network.mode : 'Managed')",message="network.mode is immutable, also by adding or removing spec.network: CAPCT would delete or leak a network it did not make",fieldPath=".network.mode"
 	// +kubebuilder:validation:XValidation:rule="(has(self.network) && has(self.network.ipFamily) ? self.network.ipFamily : '') == (has(oldSelf.network) && has(oldSelf.network.ipFamily) ? oldSelf.network.ipFamily : '')",message="network.ipFamily is immutable, also by adding or removing spec.network: the network and the nodes' addresses cannot change family on a live cluster",fieldPath=".network.ipFamily"
+	// +kubebuilder:validation:XValidation:rule="has(self.engines) == has(oldSelf.engines) && (!has(self.engines) || self.engines[0].name == oldSelf.engines[0].name)",message="engines cannot be added to a cluster or removed from it, and its first engine, which holds the load balancer, never changes",fieldPath=".engines"
 	Spec ContainerClusterSpec `json:"spec,omitempty"`
 	// +optional
 	Status ContainerClusterStatus `json:"status,omitempty"`

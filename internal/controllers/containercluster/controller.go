@@ -194,7 +194,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	defer func() {
 		setReadyCondition(cc, r.Clock.Now())
 		if err := helper.Patch(ctx, cc, patch.WithOwnedConditions{Conditions: []string{
-			infrav1.ReadyCondition, infrav1.LoadBalancerAvailableCondition,
+			infrav1.ReadyCondition, infrav1.LoadBalancerAvailableCondition, infrav1.EnginesReadyCondition,
 		}}); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("failed to patch ContainerCluster %s: %w", klog.KObj(cc), err))
 		}
@@ -223,6 +223,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (ctrl.Result, error) {
 	now := r.Clock.Now()
+	if len(cc.Spec.Engines) > 0 {
+		// The API of docs/multihost.md's first step, without its placement:
+		// making the cluster on the manager's own engine instead would be a
+		// cluster on one host that its user believes is spread over several.
+		return r.refused(cc, now, infrav1.EnginesReadyCondition, infrav1.NotSupportedYetReason,
+			errors.New("spec.engines: machines on several container engines are not built yet (docs/multihost.md); nothing is made for this cluster. Delete it and create it without spec.engines to run it on the manager's own engine"), 0)
+	}
 	cc.Status.FailureDomains = cc.Spec.FailureDomains
 	family := naming.IPFamily(cluster, cc)
 	network := naming.NetworkName(cluster, cc)
@@ -233,7 +240,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	provisioned := ptr.Deref(cc.Status.Initialization.Provisioned, false)
 	if !provisioned {
 		if reason, recheck, err := r.admit(ctx, cc); reason != "" {
-			return r.refused(cc, now, reason, err, recheck)
+			return r.refused(cc, now, infrav1.LoadBalancerAvailableCondition, reason, err, recheck)
 		} else if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -246,7 +253,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	// Only now are the node network's subnets known.
 	if !provisioned {
 		if err := policy.CheckPodCIDRs(cluster.Spec.ClusterNetwork.Pods.CIDRBlocks, network, subnets...); err != nil {
-			return r.refused(cc, now, infrav1.InvalidSpecReason, fmt.Errorf("Cluster %s: %w", klog.KObj(cluster), err), 0)
+			return r.refused(cc, now, infrav1.LoadBalancerAvailableCondition, infrav1.InvalidSpecReason, fmt.Errorf("Cluster %s: %w", klog.KObj(cluster), err), 0)
 		}
 	}
 	lbContainer, err := r.lb.Ensure(ctx, loadbalancer.Spec{
@@ -318,16 +325,20 @@ func (r *Reconciler) admit(ctx context.Context, cc *infrav1.ContainerCluster) (r
 	return "", 0, err
 }
 
-// refused records a cluster whose spec the policy, validation or the host
-// refuses. Nothing more is made until the object, the manager's flags or the
+// refused records, in the condition it names, a cluster whose spec the
+// policy, validation or the host refuses, or that asks for what is not
+// built. Nothing more is made until the object, the manager's flags or the
 // host change; the first two reconcile it again, the host is looked at again
 // after recheck (0: never). The error is not returned: retrying it with
 // backoff would change nothing.
-func (r *Reconciler) refused(cc *infrav1.ContainerCluster, now time.Time, reason string, err error, recheck time.Duration) (ctrl.Result, error) {
-	if c := conditions.Get(cc, infrav1.LoadBalancerAvailableCondition); c == nil || c.Reason != reason || c.Message != err.Error() {
+func (r *Reconciler) refused(cc *infrav1.ContainerCluster, now time.Time, condition, reason string, err error, recheck time.Duration) (ctrl.Result, error) {
+	if c := conditions.Get(cc, condition); c == nil || c.Reason != reason || c.Message != err.Error() {
 		r.recorder.Event(cc, corev1.EventTypeWarning, reason, err.Error())
 	}
-	setLoadBalancerCondition(cc, now, metav1.ConditionFalse, reason, err.Error())
+	conditions.Set(cc, metav1.Condition{
+		Type: condition, Status: metav1.ConditionFalse, Reason: reason, Message: err.Error(),
+		LastTransitionTime: metav1.NewTime(now),
+	})
 	return ctrl.Result{RequeueAfter: recheck}, nil
 }
 
@@ -546,13 +557,19 @@ func setLoadBalancerCondition(cc *infrav1.ContainerCluster, now time.Time, statu
 }
 
 // setReadyCondition mirrors LoadBalancerAvailable into Ready: the load
-// balancer and its network are all the cluster's infrastructure.
+// balancer and its network are all the cluster's infrastructure. Before
+// there is any, engines that are not ready are what holds it back, and
+// Ready says so; after, an engine away that does not hold the load balancer
+// does not make the cluster unready (docs/multihost.md).
 func setReadyCondition(cc *infrav1.ContainerCluster, now time.Time) {
-	lb := conditions.Get(cc, infrav1.LoadBalancerAvailableCondition)
+	source := conditions.Get(cc, infrav1.LoadBalancerAvailableCondition)
+	if engines := conditions.Get(cc, infrav1.EnginesReadyCondition); source == nil && engines != nil && engines.Status != metav1.ConditionTrue {
+		source = engines
+	}
 	ready := metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionFalse, Reason: infrav1.InProgressReason,
 		Message: "Waiting for the load balancer", LastTransitionTime: metav1.NewTime(now)}
-	if lb != nil {
-		ready.Status, ready.Reason, ready.Message = lb.Status, lb.Reason, lb.Message
+	if source != nil {
+		ready.Status, ready.Reason, ready.Message = source.Status, source.Reason, source.Message
 	}
 	conditions.Set(cc, ready)
 }

@@ -66,14 +66,18 @@ func TestMain(m *testing.M) {
 var testClusters []string
 
 // createCluster creates, in a new namespace, a ContainerCluster with the
-// test load balancer image and the given network, and its Cluster.
-func createCluster(ctx context.Context, g Gomega, namespacePrefix string, network infrav1.NetworkSpec) (*infrav1.ContainerCluster, *clusterv1.Cluster) {
+// test load balancer image and the given network, changed by each mutate,
+// and its Cluster.
+func createCluster(ctx context.Context, g Gomega, namespacePrefix string, network infrav1.NetworkSpec, mutate ...func(*infrav1.ContainerCluster)) (*infrav1.ContainerCluster, *clusterv1.Cluster) {
 	name := "capct-it-" + rand.String(5)
 	testClusters = append(testClusters, name)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: namespacePrefix}}
 	g.Expect(env.Client.Create(ctx, ns)).To(Succeed())
 	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
 		Spec: infrav1.ContainerClusterSpec{LoadBalancer: infrav1.LoadBalancerSpec{Image: lbImage}, Network: network}}
+	for _, m := range mutate {
+		m(cc)
+	}
 	g.Expect(env.Client.Create(ctx, cc)).To(Succeed())
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
 		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
