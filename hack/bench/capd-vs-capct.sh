@@ -226,7 +226,7 @@ leftovers() {
 # down PROVIDER ROUND: scales the pool in (and, for CAPD, runs the
 # floor on its cluster), then deletes the cluster.
 down() {
-  local provider=$1 round=$2 name="$1-b$2" start deadline end="" left reg rdy
+  local provider=$1 round=$2 name="$1-b$2" start deadline end="" left reg rdy tries
   step "round $round: $provider down (MachinePool $replicas->0, delete)"
   start=$(now)
   deadline=$((SECONDS + timeout))
@@ -252,7 +252,13 @@ down() {
   [[ $provider != capd ]] || floor "$name" "$round"
 
   start=$(now)
-  kmgmt delete cluster "$name" -n default --timeout="${timeout}s" >/dev/null
+  # Cluster API's webhook may be away for a moment on a loaded host (its
+  # manager restarting): that ended the 2026-12-04 evening run in round 2.
+  tries=0
+  until kmgmt delete cluster "$name" -n default --timeout="${timeout}s" >/dev/null; do
+    ((++tries < 30)) || die "deleting Cluster $name failed 30 times"
+    sleep 2
+  done
   end=$(now)
   left=$(leftovers "$provider" "$name")
   record "$(jq -n --arg p "$provider" --argjson r "$round" --argjson s "$start" --argjson e "$end" --arg l "$left" \
