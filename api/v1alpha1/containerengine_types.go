@@ -112,6 +112,7 @@ type ContainerEngineStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:path=containerengines,scope=Cluster,categories=cluster-api,shortName=ceng
 // +kubebuilder:storageversion
+// +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
 // +kubebuilder:metadata:labels="clusterctl.cluster.x-k8s.io/move-hierarchy="
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Type",type="string",JSONPath=".spec.type"
