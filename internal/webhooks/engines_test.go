@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -143,4 +144,88 @@ func TestEnginesAreValidated(t *testing.T) {
 	if err := env.Client.Update(ctx, after); err != nil {
 		t.Errorf("adding a second engine was refused: %v", err)
 	}
+}
+
+// TestEnginesAllowNamespaces creates clusters that name engines from two
+// teams' namespaces: an engine lets in only the namespaces its
+// allowedNamespaces lists or selects, an update is checked only for the
+// engines it adds, and an engine that does not exist yet is left to the
+// controller.
+func TestEnginesAllowNamespaces(t *testing.T) {
+	ctx := context.Background()
+	for _, ns := range []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Labels: map[string]string{"engines.example/shared": "true"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "team-b"}},
+	} {
+		if err := env.Client.Create(ctx, ns); err != nil {
+			t.Fatalf("failed to create Namespace %s: %v", ns.Name, err)
+		}
+	}
+	listsTeamA := engine("lists-team-a", "", func(s *infrav1.ContainerEngineSpec) {
+		s.AllowedNamespaces = &infrav1.AllowedNamespaces{List: []string{"team-a"}}
+	})
+	for _, e := range []*infrav1.ContainerEngine{
+		listsTeamA,
+		engine("selects-shared", "", func(s *infrav1.ContainerEngineSpec) {
+			s.AllowedNamespaces = &infrav1.AllowedNamespaces{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"engines.example/shared": "true"}}}
+		}),
+		engine("allows-none", ""),
+	} {
+		if err := env.Client.Create(ctx, e); err != nil {
+			t.Fatalf("failed to create ContainerEngine %s: %v", e.Name, err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(ctx, e) })
+	}
+	in := func(ns string, c *infrav1.ContainerCluster) *infrav1.ContainerCluster {
+		c.Namespace = ns
+		return c
+	}
+	create := func(t *testing.T, c *infrav1.ContainerCluster) error {
+		t.Helper()
+		err := env.Client.Create(ctx, c)
+		if err == nil {
+			t.Cleanup(func() { _ = env.Client.Delete(ctx, c) })
+		}
+		return err
+	}
+	refusedAt := func(t *testing.T, err error, path, ns string) {
+		t.Helper()
+		if !apierrors.IsInvalid(err) {
+			t.Fatalf("want an Invalid error, got %v", err)
+		}
+		want := path + ": Forbidden: ContainerEngine"
+		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "does not allow namespace "+ns) {
+			t.Fatalf("the error does not name %s and namespace %s: %v", path, ns, err)
+		}
+	}
+
+	for _, c := range []*infrav1.ContainerCluster{
+		in("team-a", clusterOnEngines("listed", "lists-team-a")),
+		in("team-a", clusterOnEngines("selected", "selects-shared", "lists-team-a")),
+		in("team-b", clusterOnEngines("not-yet-created", "engine-c")),
+	} {
+		if err := create(t, c); err != nil {
+			t.Errorf("ContainerCluster %s/%s on allowed engines was refused: %v", c.Namespace, c.Name, err)
+		}
+	}
+	refusedAt(t, create(t, in("team-b", clusterOnEngines("not-listed", "lists-team-a"))), "spec.engines[0].name", "team-b")
+	refusedAt(t, create(t, in("team-b", clusterOnEngines("not-selected", "engine-c", "selects-shared"))), "spec.engines[1].name", "team-b")
+	refusedAt(t, create(t, in("team-a", clusterOnEngines("allows-none", "allows-none"))), "spec.engines[0].name", "team-a")
+
+	// An engine narrowed after admission does not block other changes to a
+	// cluster already on it; an engine the update adds is checked.
+	cluster := in("team-a", clusterOnEngines("narrowed", "lists-team-a"))
+	if err := create(t, cluster); err != nil {
+		t.Fatal(err)
+	}
+	listsTeamA.Spec.AllowedNamespaces.List = []string{"team-c"}
+	if err := env.Client.Update(ctx, listsTeamA); err != nil {
+		t.Fatalf("failed to narrow ContainerEngine %s: %v", listsTeamA.Name, err)
+	}
+	cluster.Labels = map[string]string{"touched": "true"}
+	if err := env.Client.Update(ctx, cluster); err != nil {
+		t.Errorf("an update that adds no engine was refused after the engine was narrowed: %v", err)
+	}
+	cluster.Spec.Engines = append(cluster.Spec.Engines, infrav1.ClusterEngine{Name: "allows-none"})
+	refusedAt(t, env.Client.Update(ctx, cluster), "spec.engines[1].name", "team-a")
 }

@@ -3,7 +3,9 @@ package webhooks
 import (
 	"context"
 	"fmt"
+	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -15,6 +17,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
 )
 
@@ -28,26 +31,77 @@ func invalid(gk schema.GroupKind, name string, errs field.ErrorList) error {
 }
 
 // containerClusterValidator applies the policy to a ContainerCluster's
-// network and load-balancer image.
+// network and load-balancer image, and refuses engines that do not allow
+// the cluster's namespace. reader reads ContainerEngines and Namespaces
+// uncached: the manager caches neither, and an engine narrowed a moment
+// ago must be seen.
 type containerClusterValidator struct {
 	policy *policy.Policy
+	reader client.Reader
 }
 
 var _ admission.Validator[*infrav1.ContainerCluster] = &containerClusterValidator{}
 
-func (v *containerClusterValidator) ValidateCreate(_ context.Context, c *infrav1.ContainerCluster) (admission.Warnings, error) {
-	return nil, invalid(infrav1.GroupVersion.WithKind("ContainerCluster").GroupKind(), c.Name,
-		v.policy.ClusterSpec(field.NewPath("spec"), &c.Spec, nil))
+func (v *containerClusterValidator) ValidateCreate(ctx context.Context, c *infrav1.ContainerCluster) (admission.Warnings, error) {
+	return v.validate(ctx, c, nil)
 }
 
 // ValidateUpdate checks only what changed, and nothing of an object being
 // deleted, so that a tightened policy never blocks a deletion.
-func (v *containerClusterValidator) ValidateUpdate(_ context.Context, old, c *infrav1.ContainerCluster) (admission.Warnings, error) {
+func (v *containerClusterValidator) ValidateUpdate(ctx context.Context, old, c *infrav1.ContainerCluster) (admission.Warnings, error) {
 	if !c.DeletionTimestamp.IsZero() {
 		return nil, nil
 	}
-	return nil, invalid(infrav1.GroupVersion.WithKind("ContainerCluster").GroupKind(), c.Name,
-		v.policy.ClusterSpec(field.NewPath("spec"), &c.Spec, &old.Spec))
+	return v.validate(ctx, c, &old.Spec)
+}
+
+func (v *containerClusterValidator) validate(ctx context.Context, c *infrav1.ContainerCluster, old *infrav1.ContainerClusterSpec) (admission.Warnings, error) {
+	errs := v.policy.ClusterSpec(field.NewPath("spec"), &c.Spec, old)
+	refused, err := v.enginesNotAllowed(ctx, c, old)
+	if err != nil {
+		return nil, err
+	}
+	return nil, invalid(infrav1.GroupVersion.WithKind("ContainerCluster").GroupKind(), c.Name, append(errs, refused...))
+}
+
+// enginesNotAllowed refuses each engine the cluster names that exists and
+// does not allow the cluster's namespace. On update it checks only the
+// engines the update adds, so that an engine narrowed later does not block
+// every other change to a cluster already on it (nor its deletion); the
+// controller checks every engine on each pass. An engine that does not
+// exist yet is left to the controller too, since an admin may create it
+// after the cluster.
+func (v *containerClusterValidator) enginesNotAllowed(ctx context.Context, c *infrav1.ContainerCluster, old *infrav1.ContainerClusterSpec) (field.ErrorList, error) {
+	var errs field.ErrorList
+	var ns *corev1.Namespace
+	for i, ref := range c.Spec.Engines {
+		if old != nil && slices.ContainsFunc(old.Engines, func(e infrav1.ClusterEngine) bool { return e.Name == ref.Name }) {
+			continue
+		}
+		engine := &infrav1.ContainerEngine{}
+		if err := v.reader.Get(ctx, client.ObjectKey{Name: ref.Name}, engine); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, apierrors.NewInternalError(fmt.Errorf("failed to get ContainerEngine %s named by ContainerCluster %s/%s: %w", ref.Name, c.Namespace, c.Name, err))
+		}
+		if ns == nil {
+			ns = &corev1.Namespace{}
+			if err := v.reader.Get(ctx, client.ObjectKey{Name: c.Namespace}, ns); err != nil {
+				return nil, apierrors.NewInternalError(fmt.Errorf("failed to get Namespace %s of ContainerCluster %s: %w", c.Namespace, c.Name, err))
+			}
+		}
+		path := field.NewPath("spec", "engines").Index(i).Child("name")
+		allowed, err := engines.AllowsNamespace(engine, ns)
+		switch {
+		case err != nil:
+			errs = append(errs, field.Forbidden(path, err.Error()))
+		case !allowed:
+			errs = append(errs, field.Forbidden(path, fmt.Sprintf(
+				"ContainerEngine %s does not allow namespace %s: its admin must list the namespace, or select it by label, in the engine's spec.allowedNamespaces", ref.Name, c.Namespace)))
+		}
+	}
+	return errs, nil
 }
 
 func (v *containerClusterValidator) ValidateDelete(context.Context, *infrav1.ContainerCluster) (admission.Warnings, error) {

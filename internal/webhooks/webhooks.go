@@ -24,7 +24,7 @@ const defaultAPIServerPort = 6443
 func SetupWithManager(mgr ctrl.Manager, p *policy.Policy) error {
 	if err := ctrl.NewWebhookManagedBy(mgr, &infrav1.ContainerCluster{}).
 		WithDefaulter(&containerClusterDefaulter{}).
-		WithValidator(&containerClusterValidator{policy: p}).Complete(); err != nil {
+		WithValidator(&containerClusterValidator{policy: p, reader: mgr.GetAPIReader()}).Complete(); err != nil {
 		return fmt.Errorf("failed to set up the ContainerCluster webhook: %w", err)
 	}
 	if err := ctrl.NewWebhookManagedBy(mgr, &infrav1.ContainerMachine{}).
@@ -79,6 +79,11 @@ func SetupWithManager(mgr ctrl.Manager, p *policy.Policy) error {
 	}
 	return nil
 }
+
+// The ContainerCluster validator reads the engines a cluster names, and
+// their namespace's labels.
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containerengines,verbs=get
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // +kubebuilder:webhook:verbs=create;update,path=/mutate-infrastructure-cluster-x-k8s-io-v1alpha1-containercluster,mutating=true,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=containerclusters,versions=v1alpha1,name=default.containercluster.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
 // +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-containercluster,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=containerclusters,versions=v1alpha1,name=validation.containercluster.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
