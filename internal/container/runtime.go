@@ -68,6 +68,10 @@ type Runtime interface {
 	// A file larger than MaxFileSize is an error for which IsInvalid is true.
 	ReadFile(ctx context.Context, name, path string) ([]byte, error)
 
+	// Info says what the engine is: its version, and its part in a swarm.
+	// It is the cheapest call that proves the engine answers.
+	Info(ctx context.Context) (EngineInfo, error)
+
 	// ImageExists reports whether the engine holds the image ref.
 	ImageExists(ctx context.Context, ref string) (bool, error)
 	// SaveImages returns a `docker save` style tar of the images refs. The
@@ -78,6 +82,28 @@ type Runtime interface {
 	// whose labels contain labelSelector. The channel is closed when ctx
 	// ends; stream errors are retried with backoff in between.
 	Events(ctx context.Context, labelSelector map[string]string) (<-chan Event, error)
+}
+
+// EngineInfo is what an engine says about itself.
+type EngineInfo struct {
+	// Version of the engine, as it reports it (e.g. 20.10.24+dfsg1).
+	Version string
+	// Swarm is the engine's place in a swarm; nil when it is in none.
+	Swarm *SwarmInfo
+}
+
+// SwarmInfo is an engine's membership of a swarm, whose overlay networks
+// connect containers on different engines (docs/multihost.md).
+type SwarmInfo struct {
+	// NodeID of the engine in the swarm.
+	NodeID string
+	// ClusterID of the swarm; only managers know it.
+	ClusterID string
+	// Manager: the engine manages the swarm, so it can create overlay
+	// networks.
+	Manager bool
+	// NodeAddr is the address the swarm's other engines reach it on.
+	NodeAddr string
 }
 
 // IPFamily selects the address families of a network.

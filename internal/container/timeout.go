@@ -125,6 +125,10 @@ func (b *boundedRuntime) ReadFile(ctx context.Context, name, path string) ([]byt
 	return call(ctx, b.bound, func(ctx context.Context) ([]byte, error) { return b.rt.ReadFile(ctx, name, path) })
 }
 
+func (b *boundedRuntime) Info(ctx context.Context) (EngineInfo, error) {
+	return call(ctx, b.bound, b.rt.Info)
+}
+
 func (b *boundedRuntime) ImageExists(ctx context.Context, ref string) (bool, error) {
 	return call(ctx, b.bound, func(ctx context.Context) (bool, error) { return b.rt.ImageExists(ctx, ref) })
 }

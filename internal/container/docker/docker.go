@@ -27,6 +27,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/swarm"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/docker/go-connections/nat"
@@ -839,6 +840,24 @@ func (r *Runtime) ReadFile(ctx context.Context, name, p string) ([]byte, error) 
 			return b, nil
 		}
 	}
+}
+
+// Info implements container.Runtime. An engine whose swarm state is
+// anything but active (inactive, pending, error, locked) is in no swarm
+// that CAPCT could use.
+func (r *Runtime) Info(ctx context.Context) (container.EngineInfo, error) {
+	info, err := r.cli.Info(ctx)
+	if err != nil {
+		return container.EngineInfo{}, wrap("inspect", "engine", r.cli.DaemonHost(), err)
+	}
+	out := container.EngineInfo{Version: info.ServerVersion}
+	if info.Swarm.LocalNodeState == swarm.LocalNodeStateActive {
+		out.Swarm = &container.SwarmInfo{NodeID: info.Swarm.NodeID, Manager: info.Swarm.ControlAvailable, NodeAddr: info.Swarm.NodeAddr}
+		if info.Swarm.Cluster != nil {
+			out.Swarm.ClusterID = info.Swarm.Cluster.ID
+		}
+	}
+	return out, nil
 }
 
 // ---- images ----

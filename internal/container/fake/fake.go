@@ -46,6 +46,7 @@ const (
 	OpExec           Op = "Exec"
 	OpWriteFile      Op = "WriteFile"
 	OpReadFile       Op = "ReadFile"
+	OpInfo           Op = "Info"
 	OpImageExists    Op = "ImageExists"
 	OpSaveImages     Op = "SaveImages"
 	OpLoadImage      Op = "LoadImage"
@@ -928,6 +929,19 @@ func (r *Runtime) ReadFile(ctx context.Context, name, p string) ([]byte, error) 
 		return nil, container.NewError(op, "container", name, container.KindInvalid, fmt.Errorf("the file is larger than %d bytes", container.MaxFileSize))
 	}
 	return bytes.Clone(b), nil
+}
+
+// FakeVersion is the version the fake engine reports.
+const FakeVersion = "fake"
+
+// Info implements container.Runtime: the fake engine is in no swarm.
+func (r *Runtime) Info(context.Context) (container.EngineInfo, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpInfo); err != nil {
+		return container.EngineInfo{}, err
+	}
+	return container.EngineInfo{Version: FakeVersion}, nil
 }
 
 // ImageExists implements container.Runtime.

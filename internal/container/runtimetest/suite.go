@@ -135,6 +135,18 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) Runtime, image string)
 		name string
 		run  func(t *testing.T, e *Env)
 	}{
+		{"InfoSaysWhatTheEngineIs", func(t *testing.T, e *Env) {
+			info, err := e.RT.Info(Ctx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Version == "" {
+				t.Fatalf("the engine reports no version: %+v", info)
+			}
+			if info.Swarm != nil && info.Swarm.NodeID == "" {
+				t.Fatalf("the engine is in a swarm without a node ID: %+v", *info.Swarm)
+			}
+		}},
 		{"EnsureNetworkTwiceGivesTheSameNetwork", func(t *testing.T, e *Env) {
 			n, err := e.RT.EnsureNetwork(Ctx(t), container.NetworkSpec{Name: e.Network.Name, Owner: e.Owner})
 			if err != nil {
