@@ -44,40 +44,44 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/webhooks"
 )
 
+// podNamespaceEnv names the manager's own namespace (set from the Pod's in
+// config/manager/manager.yaml), which holds ContainerEngines' Secrets.
+const podNamespaceEnv = "POD_NAMESPACE"
+
 // options are the manager's flags. Their names and defaults follow CAPD's so
 // that users can move their deployment settings across.
 type options struct {
-	leaderElect               bool
-	leaderElectLeaseDuration  time.Duration
-	leaderElectRenewDeadline  time.Duration
-	leaderElectRetryPeriod    time.Duration
-	watchNamespace            string
-	watchFilter               string
-	profilerAddress           string
-	healthAddr                string
-	concurrency               int
-	clusterCacheConcurrency   int
-	syncPeriod                time.Duration
-	kubeAPIQPS                float32
-	kubeAPIBurst              int
-	clusterCacheClientQPS     float32
-	clusterCacheClientBurst   int
-	webhookPort               int
-	webhookCertDir            string
-	webhookCertName           string
-	webhookKeyName            string
-	managerOptions            flags.ManagerOptions
-	logOptions                *logs.Options
-	gracefulShutdownTimeout   time.Duration
-	containerRuntimeAPITimout time.Duration
-	containerEngine           string
-	engine                    container.Engine
-	policy                    policy.Policy
-	hostCapacityCheck         bool
-	hostCapacityReserve       map[string]int64
-	controlPlaneNodeCost      map[string]int64
-	workerNodeCost            map[string]int64
-	maxConcurrentBootstraps   int
+	leaderElect                bool
+	leaderElectLeaseDuration   time.Duration
+	leaderElectRenewDeadline   time.Duration
+	leaderElectRetryPeriod     time.Duration
+	watchNamespace             string
+	watchFilter                string
+	profilerAddress            string
+	healthAddr                 string
+	concurrency                int
+	clusterCacheConcurrency    int
+	syncPeriod                 time.Duration
+	kubeAPIQPS                 float32
+	kubeAPIBurst               int
+	clusterCacheClientQPS      float32
+	clusterCacheClientBurst    int
+	webhookPort                int
+	webhookCertDir             string
+	webhookCertName            string
+	webhookKeyName             string
+	managerOptions             flags.ManagerOptions
+	logOptions                 *logs.Options
+	gracefulShutdownTimeout    time.Duration
+	containerRuntimeAPITimeout time.Duration
+	containerEngine            string
+	engine                     container.Engine
+	policy                     policy.Policy
+	hostCapacityCheck          bool
+	hostCapacityReserve        map[string]int64
+	controlPlaneNodeCost       map[string]int64
+	workerNodeCost             map[string]int64
+	maxConcurrentBootstraps    int
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
@@ -126,7 +130,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 		fmt.Sprintf("Container engine that runs the machines: %v. Empty reads %s, then %s (as kind does), then uses docker. "+
 			"Docker is reached through DOCKER_HOST or /var/run/docker.sock, Podman through %s or %s (docs/runtime.md).",
 			container.Engines, container.EngineEnv, container.KindProviderEnv, docker.PodmanHostEnv, docker.DefaultPodmanHost))
-	fs.DurationVar(&o.containerRuntimeAPITimout, "container-runtime-timeout", 30*time.Second,
+	fs.DurationVar(&o.containerRuntimeAPITimeout, "container-runtime-timeout", 30*time.Second,
 		"Bound on each call to the container runtime, so that a stuck engine cannot hold a worker. "+
 			"A call it cuts off counts as the engine being unreachable, which never fails a machine. 0 leaves calls unbounded.")
 	fs.BoolVar(&o.hostCapacityCheck, "host-capacity-check", true,
@@ -313,7 +317,7 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 		return fmt.Errorf("failed to create the %s runtime client: %w", o.engine, err)
 	}
 	// Every controller reaches the engine through this bound.
-	runtime := container.WithCallTimeout(engine, o.containerRuntimeAPITimout)
+	runtime := container.WithCallTimeout(engine, o.containerRuntimeAPITimeout)
 	var capacity *hostcapacity.Gate
 	if o.hostCapacityCheck {
 		capacity = &hostcapacity.Gate{
@@ -363,6 +367,12 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 		Client: mgr.GetClient(), Runtime: runtime, ClusterCache: clusterCache, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM,
 		MachinePools: feature.Gates.Enabled(feature.MachinePool), HostCapacity: capacity, MaxConcurrentBootstraps: o.maxConcurrentBootstraps,
 		Policy: o.policy,
+	}).SetupWithManager(ctx, mgr, options); err != nil {
+		return err
+	}
+	if err := (&controllers.ContainerEngineReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: os.Getenv(podNamespaceEnv),
+		CallTimeout: o.containerRuntimeAPITimeout, WatchFilterValue: o.watchFilter,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ package controllers
 
 import (
 	"context"
+	"time"
 
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
+	"github.com/capct/cluster-api-provider-container/internal/controllers/containerengine"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/podnetwork"
@@ -111,4 +114,33 @@ func (r *ContainerMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 		rec.HostCapacity = r.HostCapacity
 	}
 	return rec.SetupWithManager(ctx, mgr, options)
+}
+
+// ContainerEngineReconciler reports, in each ContainerEngine's Available
+// condition, whether CAPCT reaches the engine.
+type ContainerEngineReconciler struct {
+	Client client.Client
+	// APIReader reads engines' Secrets uncached (mgr.GetAPIReader()).
+	APIReader client.Reader
+	// Namespace is the manager's own, where engines' Secrets are
+	// (POD_NAMESPACE); empty fails every engine that needs a Secret.
+	Namespace string
+	// CallTimeout bounds each call to an engine, as
+	// --container-runtime-timeout bounds the manager's own engine.
+	CallTimeout time.Duration
+	// Clock defaults to the real clock.
+	Clock clock.PassiveClock
+	// WatchFilterValue limits the controller to objects with this
+	// cluster.x-k8s.io/watch-filter label value.
+	WatchFilterValue string
+}
+
+// SetupWithManager sets up the reconciler with the manager.
+func (r *ContainerEngineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
+	return (&containerengine.Reconciler{
+		Client:           r.Client,
+		Engines:          engines.NewRegistry(r.APIReader, r.Namespace, r.CallTimeout),
+		Clock:            r.Clock,
+		WatchFilterValue: r.WatchFilterValue,
+	}).SetupWithManager(ctx, mgr, options)
 }

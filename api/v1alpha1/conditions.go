@@ -38,6 +38,10 @@ const (
 	// spec.engines can run its machines. Only clusters that list engines
 	// carry it.
 	EnginesReadyCondition = "EnginesReady"
+
+	// EngineAvailableCondition: CAPCT reaches the ContainerEngine with the
+	// credentials its spec names, and the engine answers.
+	EngineAvailableCondition = "Available"
 )
 
 // Condition reasons.
@@ -129,6 +133,10 @@ const (
 	// but whose behaviour is not built yet (docs/multihost.md); nothing is
 	// made for it.
 	NotSupportedYetReason = "NotSupportedYet"
+	// InvalidCredentialsReason: a ContainerEngine's Secret is missing, or
+	// lacks what its endpoint needs, or holds something that does not
+	// parse. The message names the Secret and the key, never their data.
+	InvalidCredentialsReason = "InvalidCredentials"
 	// HostPathNotFoundReason: a host path of spec.extraMounts does not
 	// exist on the container host. CAPCT does not create it; the machine
 	// launches once it exists.

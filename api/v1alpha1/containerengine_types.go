@@ -84,7 +84,9 @@ type EngineSSH struct {
 }
 
 // AllowedNamespaces selects namespaces by name, by label, or both (a
-// namespace matching either is allowed); an empty object allows all.
+// namespace matching either is allowed); an empty object allows all. An
+// empty list or a selector without terms selects none: access to an engine
+// is granted, never assumed.
 type AllowedNamespaces struct {
 	// list of namespace names.
 	// +optional
@@ -107,6 +109,40 @@ type ContainerEngineStatus struct {
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=32
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// version of the engine, as it last reported it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Version string `json:"version,omitempty"`
+
+	// swarm is the engine's place in a Docker swarm, whose overlay
+	// networks will connect machines on several engines; unset when the
+	// engine is in none.
+	// +optional
+	Swarm *SwarmMembership `json:"swarm,omitempty"`
+}
+
+// SwarmMembership is an engine's membership of a swarm, as it reports it.
+type SwarmMembership struct {
+	// nodeID of the engine in the swarm.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	NodeID string `json:"nodeID,omitempty"`
+
+	// clusterID of the swarm; only managers report it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	ClusterID string `json:"clusterID,omitempty"`
+
+	// manager: the engine manages the swarm, so it can create overlay
+	// networks.
+	// +optional
+	Manager bool `json:"manager,omitempty"`
+
+	// nodeAddr is the address the swarm's other engines reach it on.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	NodeAddr string `json:"nodeAddr,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -117,6 +153,8 @@ type ContainerEngineStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Type",type="string",JSONPath=".spec.type"
 // +kubebuilder:printcolumn:name="Endpoint",type="string",JSONPath=".spec.endpoint"
+// +kubebuilder:printcolumn:name="Available",type="string",JSONPath=`.status.conditions[?(@.type=="Available")].status`
+// +kubebuilder:printcolumn:name="Version",type="string",JSONPath=".status.version"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 
 // ContainerEngine is a container engine a ContainerCluster may run machines
@@ -124,6 +162,7 @@ type ContainerEngineStatus struct {
 // so that an engine's credentials stay with the admin who made it, and one
 // engine serves many clusters.
 //
+// CAPCT reports in its Available condition whether it reaches the engine.
 // Not built yet: a cluster that names engines is refused with
 // EnginesReady=False (NotSupportedYet) and runs nothing; machines on
 // several engines come in the later steps of docs/multihost.md.

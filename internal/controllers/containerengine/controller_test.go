@@ -1,0 +1,162 @@
+package containerengine_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container/docker"
+	"github.com/capct/cluster-api-provider-container/internal/controllers/containerengine"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
+	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
+)
+
+// managerNamespace holds the engines' Secrets, as the manager's own
+// namespace does.
+const managerNamespace = "capct-system"
+
+var env *envtest.Environment
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(klog.Background())
+	os.Exit(envtest.Run(m, func(ctx context.Context, e *envtest.Environment) error {
+		env = e
+		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}}); err != nil {
+			return err
+		}
+		return (&containerengine.Reconciler{
+			Client:  env.Manager.GetClient(),
+			Engines: engines.NewRegistry(env.Manager.GetAPIReader(), managerNamespace, 5*time.Second),
+		}).SetupWithManager(ctx, env.Manager, controller.Options{})
+	}, nil))
+}
+
+func available(ctx context.Context, g Gomega, name string) *metav1.Condition {
+	engine := &infrav1.ContainerEngine{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: name}, engine)).To(Succeed())
+	c := conditions.Get(engine, infrav1.EngineAvailableCondition)
+	g.Expect(c).NotTo(BeNil(), "ContainerEngine %s has no Available condition", name)
+	return c
+}
+
+func createEngine(ctx context.Context, g Gomega, t *testing.T, name string, spec infrav1.ContainerEngineSpec) *infrav1.ContainerEngine {
+	engine := &infrav1.ContainerEngine{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+	g.Expect(env.Client.Create(ctx, engine)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), engine) })
+	return engine
+}
+
+// TestEnginesReportWhetherCAPCTReachesThem creates engines that CAPCT
+// reaches, that do not answer, and whose Secret is missing or incomplete:
+// each says so in Available, with the version and swarm it reports, and
+// changes its answer when the engine comes up or the Secret is fixed.
+func TestEnginesReportWhetherCAPCTReachesThem(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+
+	// The manager's own engine: the Docker engine the tests run on.
+	own, err := docker.New()
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = own.Close() }()
+	ownInfo, err := own.Info(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	createEngine(ctx, g, t, "own", infrav1.ContainerEngineSpec{})
+	g.Eventually(func(g Gomega) {
+		c := available(ctx, g, "own")
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "Available: %+v", c)
+		g.Expect(c.Reason).To(Equal(infrav1.SucceededReason))
+		engine := &infrav1.ContainerEngine{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "own"}, engine)).To(Succeed())
+		g.Expect(engine.Status.Version).To(Equal(ownInfo.Version))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	// An engine whose socket nobody serves yet, then a fake engine in a
+	// swarm on it: seen within the unreachable recheck.
+	socket := filepath.Join(t.TempDir(), "engine-b.sock")
+	createEngine(ctx, g, t, "later", infrav1.ContainerEngineSpec{Endpoint: "unix://" + socket})
+	g.Eventually(func(g Gomega) {
+		c := available(ctx, g, "later")
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(infrav1.EngineUnreachableReason))
+		g.Expect(c.Message).To(ContainSubstring(socket))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	serveSwarmManager(t, socket)
+	g.Eventually(func(g Gomega) {
+		c := available(ctx, g, "later")
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "Available: %+v", c)
+		engine := &infrav1.ContainerEngine{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "later"}, engine)).To(Succeed())
+		g.Expect(engine.Status.Version).To(Equal("99.0.0-fake"))
+		g.Expect(engine.Status.Swarm).To(Equal(&infrav1.SwarmMembership{NodeID: "node-b", ClusterID: "swarm-1", Manager: true, NodeAddr: "10.99.0.2"}))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	// A TLS engine whose Secret does not exist, then lacks its key.
+	tlsEngine := createEngine(ctx, g, t, "tls", infrav1.ContainerEngineSpec{
+		Endpoint: "tcp://127.0.0.1:1",
+		TLS:      &infrav1.EngineTLS{SecretRef: infrav1.LocalObjectReference{Name: "engine-tls"}},
+	})
+	g.Eventually(func(g Gomega) {
+		c := available(ctx, g, "tls")
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(infrav1.InvalidCredentialsReason))
+		g.Expect(c.Message).To(ContainSubstring("the Secret capct-system/engine-tls does not exist"))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: managerNamespace, Name: "engine-tls"},
+		Data:       map[string][]byte{engines.SecretCA: []byte("not a certificate"), engines.SecretCert: []byte("x")},
+	}
+	g.Expect(env.Client.Create(ctx, secret)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), secret) })
+	// The engine's change brings the Secret's at once.
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(tlsEngine), tlsEngine)).To(Succeed())
+	tlsEngine.Annotations = map[string]string{"test": "secret created"}
+	g.Expect(env.Client.Update(ctx, tlsEngine)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		c := available(ctx, g, "tls")
+		g.Expect(c.Reason).To(Equal(infrav1.InvalidCredentialsReason))
+		g.Expect(c.Message).To(ContainSubstring("has no tls.key"))
+		g.Expect(c.Message).NotTo(ContainSubstring("not a certificate"), "the Secret's data must not reach the condition")
+	}, 10*time.Second, 200*time.Millisecond).Should(Succeed())
+}
+
+// serveSwarmManager serves, on socket, as much of the Docker API as Info
+// needs, for an engine that manages a swarm.
+func serveSwarmManager(t *testing.T, socket string) {
+	t.Helper()
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/_ping" {
+			w.Header().Set("Api-Version", "1.41")
+			_, _ = w.Write([]byte("OK"))
+			return
+		}
+		if filepath.Base(r.URL.Path) != "info" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"ServerVersion":"99.0.0-fake","Swarm":{"LocalNodeState":"active","NodeID":"node-b",` +
+			`"ControlAvailable":true,"NodeAddr":"10.99.0.2","Cluster":{"ID":"swarm-1"}}}`))
+	}))
+	s.Listener = l
+	s.Start()
+	t.Cleanup(s.Close)
+}
