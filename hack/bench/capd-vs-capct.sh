@@ -172,10 +172,34 @@ manifest() {
 # must return to.
 declare -A base_containers=()
 
+# providers_available waits until every provider's manager (Cluster API's,
+# the kubeadm providers', CAPCT's, CAPD's) is Available, so that no phase
+# starts, or stops, while one of them restarts: under a scale-out's load a
+# manager can lose its leader election or fail its liveness probe and be
+# away for minutes with its back-off, which stopped the runs of 2026-12-04
+# evening and 2026-12-05 morning in their second round.
+providers_available() {
+  kmgmt wait deployment -A -l cluster.x-k8s.io/provider --for=condition=Available --timeout=600s >/dev/null ||
+    die "the providers' managers did not come back within 600s: $(kmgmt get pods -A -l cluster.x-k8s.io/provider --no-headers | tr -s ' ' | tr '\n' ';')"
+}
+
+# relax_probes gives every provider's manager the same patient liveness
+# probe (10 s to answer, 12 failures) and renew deadline, so that a loaded
+# host delays a manager instead of having the kubelet kill it. Each provider
+# gets the same, so the comparison stays fair.
+relax_probes() {
+  local ns name
+  while read -r ns name; do
+    kmgmt patch deployment -n "$ns" "$name" --type=strategic -p '{"spec":{"template":{"spec":{"containers":[{"name":"manager",
+      "livenessProbe":{"timeoutSeconds":10,"failureThreshold":12},"readinessProbe":{"timeoutSeconds":10}}]}}}}' >/dev/null
+  done < <(kmgmt get deployment -A -l cluster.x-k8s.io/provider -o jsonpath='{range .items[*]}{.metadata.namespace} {.metadata.name}{"\n"}{end}')
+}
+
 # up PROVIDER ROUND: creates the cluster and scales its pool out.
 up() {
   local provider=$1 round=$2 name="$1-b$2" start running ready times tries=0
   step "round $round: $provider up (create, MachinePool 0->$replicas)"
+  providers_available
   manifest "$provider" "$name"
   rm -f "$QS_OUT/$name.kubeconfig"
   start=$(now)
@@ -228,6 +252,7 @@ leftovers() {
 down() {
   local provider=$1 round=$2 name="$1-b$2" start deadline end="" left reg rdy tries
   step "round $round: $provider down (MachinePool $replicas->0, delete)"
+  providers_available
   start=$(now)
   deadline=$((SECONDS + timeout))
   kmgmt scale machinepool "$name-mp-0" -n default --replicas=0 >/dev/null
@@ -251,13 +276,15 @@ down() {
 
   [[ $provider != capd ]] || floor "$name" "$round"
 
+  providers_available
   start=$(now)
-  # Cluster API's webhook may be away for a moment on a loaded host (its
-  # manager restarting): that ended the 2026-12-04 evening run in round 2.
+  # Cluster API's webhook may still be away (its manager restarting after
+  # the floor's load): wait for it again, and count that time too, as the
+  # deletion waits for it.
   tries=0
   until kmgmt delete cluster "$name" -n default --timeout="${timeout}s" >/dev/null; do
-    ((++tries < 30)) || die "deleting Cluster $name failed 30 times"
-    sleep 2
+    ((++tries < 5)) || die "deleting Cluster $name failed 5 times"
+    providers_available
   done
   end=$(now)
   left=$(leftovers "$provider" "$name")
@@ -468,10 +495,12 @@ if ! kmgmt get providers.clusterctl.cluster.x-k8s.io -A -o name | grep -q infras
 fi
 # Fresh managers for every run, on the images just loaded: the cost measured
 # is this run's, and of this tree's CAPCT.
+relax_probes
 kmgmt rollout restart deployment -n "${manager_ns[capct]}" capct-controller-manager >/dev/null
 kmgmt rollout restart deployment -n "${manager_ns[capd]}" capd-controller-manager >/dev/null
 kmgmt rollout status deployment -n "${manager_ns[capct]}" capct-controller-manager --timeout=300s >&2
 kmgmt rollout status deployment -n "${manager_ns[capd]}" capd-controller-manager --timeout=300s >&2
+providers_available
 [[ -z "$(kmgmt get clusters -A -o name)" ]] || die "the management cluster still has Clusters (an interrupted run?): $(kmgmt get clusters -A -o name | tr '\n' ' ')"
 
 : >"$phases"
