@@ -184,7 +184,7 @@ providers_available() {
 }
 
 # relax_probes gives every provider's manager the same patient liveness
-# probe (10 s to answer, 12 failures) and renew deadline, so that a loaded
+# probe (10 s to answer, 12 failures), so that a loaded
 # host delays a manager instead of having the kubelet kill it. Each provider
 # gets the same, so the comparison stays fair.
 relax_probes() {

@@ -1,7 +1,9 @@
 package engines
 
 import (
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/pem"
 	"errors"
@@ -25,7 +27,10 @@ import (
 // forwards direct-streamlocal channels to one Unix socket, the fake
 // engine's, as sshd forwards them to the engine's socket. It records every
 // socket path asked for and dials only socket, so that a test never reaches
-// the real engine of the machine it runs on.
+// the real engine of the machine it runs on. Like a real sshd it has
+// several host keys: hostKey (Ed25519), which the tests' known_hosts list,
+// and an ECDSA key that x/crypto would ask for first, so that a client
+// asking for any algorithm but those known_hosts lists fails the check.
 type sshHost struct {
 	addr    string
 	hostKey ssh.Signer
@@ -46,6 +51,15 @@ func newSSHHost(t *testing.T, user string, authorized ssh.PublicKey, socket stri
 		return nil, fmt.Errorf("key of %s is not authorized", m.User())
 	}}
 	cfg.AddHostKey(h.hostKey)
+	ecdsaKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlisted, err := ssh.NewSignerFromKey(ecdsaKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AddHostKey(unlisted)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -33,8 +33,7 @@ func invalid(gk schema.GroupKind, name string, errs field.ErrorList) error {
 // containerClusterValidator applies the policy to a ContainerCluster's
 // network and load-balancer image, and refuses engines that do not allow
 // the cluster's namespace. reader reads ContainerEngines and Namespaces
-// uncached: the manager caches neither, and an engine narrowed a moment
-// ago must be seen.
+// uncached, so that an engine narrowed a moment ago is seen.
 type containerClusterValidator struct {
 	policy *policy.Policy
 	reader client.Reader

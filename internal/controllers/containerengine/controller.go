@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -74,10 +75,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	engine := &infrav1.ContainerEngine{}
 	if err := r.Client.Get(ctx, req.NamespacedName, engine); err != nil {
-		if client.IgnoreNotFound(err) == nil {
+		if apierrors.IsNotFound(err) {
 			r.Engines.Forget(req.Name)
+			return ctrl.Result{}, nil
 		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return ctrl.Result{}, fmt.Errorf("failed to get ContainerEngine %s: %w", req.Name, err)
 	}
 	if !engine.DeletionTimestamp.IsZero() {
 		r.Engines.Forget(engine.Name)
