@@ -38,6 +38,7 @@ import (
 	expcontrollers "github.com/capct/cluster-api-provider-container/exp/controllers"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
@@ -318,6 +319,9 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	}
 	// Every controller reaches the engine through this bound.
 	runtime := container.WithCallTimeout(engine, o.containerRuntimeAPITimeout)
+	// Machines run on the manager's own engine until they are placed on
+	// several (docs/multihost.md).
+	set := engines.Single(runtime)
 	var capacity *hostcapacity.Gate
 	if o.hostCapacityCheck {
 		capacity = &hostcapacity.Gate{
@@ -359,12 +363,12 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	// allocation would hand out the same CIDR twice.
 	nodeIPAM := controllers.NewNodeIPAM(mgr.GetClient(), mgr.GetAPIReader())
 	if err := (&controllers.ContainerClusterReconciler{
-		Client: mgr.GetClient(), Runtime: runtime, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM, Policy: o.policy,
+		Client: mgr.GetClient(), Engines: set, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM, Policy: o.policy,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}
 	if err := (&controllers.ContainerMachineReconciler{
-		Client: mgr.GetClient(), Runtime: runtime, ClusterCache: clusterCache, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM,
+		Client: mgr.GetClient(), Engines: set, ClusterCache: clusterCache, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM,
 		MachinePools: feature.Gates.Enabled(feature.MachinePool), HostCapacity: capacity, MaxConcurrentBootstraps: o.maxConcurrentBootstraps,
 		Policy: o.policy,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
@@ -381,7 +385,7 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 		// creates or deletes machines, so a stale cache or a restart never
 		// makes it do either twice.
 		if err := (&expcontrollers.ContainerMachinePoolReconciler{
-			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: runtime, WatchFilterValue: o.watchFilter,
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engines: set, WatchFilterValue: o.watchFilter,
 		}).SetupWithManager(ctx, mgr, options); err != nil {
 			return err
 		}

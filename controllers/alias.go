@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
-	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containerengine"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
@@ -38,8 +37,10 @@ func NewNodeIPAM(c client.Client, reader client.Reader) *NodeIPAM {
 
 // ContainerClusterReconciler reconciles ContainerClusters.
 type ContainerClusterReconciler struct {
-	Client  client.Client
-	Runtime container.Runtime
+	Client client.Client
+	// Engines are the container engines clusters run on:
+	// engines.Single(runtime) for the manager's own.
+	Engines engines.Set
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
 	// WatchFilterValue limits the controller to objects with this
@@ -57,14 +58,14 @@ type ContainerClusterReconciler struct {
 func (r *ContainerClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	rec := &containercluster.Reconciler{
 		Client:           r.Client,
-		Runtime:          r.Runtime,
+		Engines:          r.Engines,
 		Clock:            r.Clock,
 		WatchFilterValue: r.WatchFilterValue,
 		Policy:           r.Policy,
 	}
 	if r.NodeIPAM != nil {
 		rec.NodeIPAM = r.NodeIPAM
-		rec.PodNetwork = podnetwork.NewSyncer(r.Runtime, r.Client, r.Clock)
+		rec.PodNetwork = podnetwork.NewSyncer(r.Engines, r.Client, r.Clock)
 	}
 	return rec.SetupWithManager(ctx, mgr, options)
 }
@@ -72,8 +73,9 @@ func (r *ContainerClusterReconciler) SetupWithManager(ctx context.Context, mgr c
 // ContainerMachineReconciler reconciles ContainerMachines, including the
 // machines of ContainerMachinePools.
 type ContainerMachineReconciler struct {
-	Client       client.Client
-	Runtime      container.Runtime
+	Client client.Client
+	// Engines are the container engines machines run on.
+	Engines      engines.Set
 	ClusterCache clustercache.ClusterCache
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
@@ -100,7 +102,7 @@ type ContainerMachineReconciler struct {
 func (r *ContainerMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	rec := &containermachine.Reconciler{
 		Client:           r.Client,
-		Runtime:          r.Runtime,
+		Engines:          r.Engines,
 		ClusterCache:     r.ClusterCache,
 		Clock:            r.Clock,
 		WatchFilterValue: r.WatchFilterValue,

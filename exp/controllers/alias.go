@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	"github.com/capct/cluster-api-provider-container/exp/internal/controllers/containermachinepool"
-	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 )
 
 // ContainerMachinePoolReconciler reconciles ContainerMachinePools. Register
@@ -21,8 +21,9 @@ type ContainerMachinePoolReconciler struct {
 	Client client.Client
 	// APIReader reads the API server without the cache (mgr.GetAPIReader()).
 	APIReader client.Reader
-	// Runtime removes containers left behind by a deleted pool.
-	Runtime container.Runtime
+	// Engines are where containers left behind by a deleted pool are
+	// removed from.
+	Engines engines.Set
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
 	// WatchFilterValue limits the controller to objects with this
@@ -35,7 +36,7 @@ func (r *ContainerMachinePoolReconciler) SetupWithManager(ctx context.Context, m
 	return (&containermachinepool.Reconciler{
 		Client:           r.Client,
 		APIReader:        r.APIReader,
-		Runtime:          r.Runtime,
+		Engines:          r.Engines,
 		Clock:            r.Clock,
 		WatchFilterValue: r.WatchFilterValue,
 	}).SetupWithManager(ctx, mgr, options)

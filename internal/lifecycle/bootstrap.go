@@ -83,7 +83,7 @@ func (b *Bootstrap) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result
 	}
 
 	name := s.Container.Name
-	r, err := readRun(ctx, b.Runtime, name)
+	r, err := readRun(ctx, s.Runtime, name)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("failed to read the bootstrap marks of ContainerMachine %s: %w", key, err)
 	}
@@ -95,7 +95,7 @@ func (b *Bootstrap) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result
 	case runNone:
 		// Machines bootstrapped before CAPCT left marks only have the
 		// sentinel (on /run: it does not survive a container restart).
-		if _, err := b.Runtime.ReadFile(ctx, name, provisioning.SentinelPath); err == nil {
+		if _, err := s.Runtime.ReadFile(ctx, name, provisioning.SentinelPath); err == nil {
 			return b.succeeded(s, now)
 		} else if !container.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("failed to look for the bootstrap sentinel of ContainerMachine %s: %w", key, err)
@@ -108,7 +108,7 @@ func (b *Bootstrap) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result
 		if r.exit.Code == 0 {
 			return b.succeeded(s, now)
 		}
-		f, err := readFailure(ctx, b.Runtime, name, r)
+		f, err := readFailure(ctx, s.Runtime, name, r)
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("failed to read how bootstrap attempt %d of ContainerMachine %s failed: %w", r.attempt, key, err)
 		}
@@ -174,13 +174,13 @@ func (b *Bootstrap) start(ctx context.Context, s *MachineScope, now time.Time, n
 		}
 		return ctrl.Result{}, false, err
 	}
-	st := &stager{runtime: b.Runtime, container: s.Container.Name, owner: s.Owner(), attempt: n, files: provisioning.Script(steps)}
+	st := &stager{runtime: s.Runtime, container: s.Container.Name, owner: s.Owner(), attempt: n, files: provisioning.Script(steps)}
 	if n == 1 {
 		st.preload = cm.Spec.PreLoadImages
 	}
 	// The run's deadline is wall-clock time: it bounds real work. The
 	// decision that the bootstrap timed out uses the injected clock.
-	started, err = b.Bootstraps.Run(key, n, time.Now().Add(left), st.launch, exitMarked(b.Runtime, s.Container.Name, n))
+	started, err = b.Bootstraps.Run(key, n, time.Now().Add(left), st.launch, exitMarked(s.Runtime, s.Container.Name, n))
 	if err != nil {
 		return ctrl.Result{}, false, fmt.Errorf("failed to start bootstrap attempt %d of ContainerMachine %s: %w", n, key, err)
 	}
@@ -206,10 +206,10 @@ func (b *Bootstrap) watch(ctx context.Context, s *MachineScope, now time.Time, t
 	}
 	var launch func(context.Context) error
 	if r.state == runLaunched {
-		st := &stager{runtime: b.Runtime, container: s.Container.Name, owner: s.Owner(), attempt: r.attempt}
+		st := &stager{runtime: s.Runtime, container: s.Container.Name, owner: s.Owner(), attempt: r.attempt}
 		launch = st.start
 	}
-	if _, err := b.Bootstraps.Run(key, r.attempt, time.Now().Add(left), launch, exitMarked(b.Runtime, s.Container.Name, r.attempt)); err != nil {
+	if _, err := b.Bootstraps.Run(key, r.attempt, time.Now().Add(left), launch, exitMarked(s.Runtime, s.Container.Name, r.attempt)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("failed to follow bootstrap attempt %d of ContainerMachine %s: %w", r.attempt, key, err)
 	}
 	return ctrl.Result{RequeueAfter: min(bootstrapPoll, left)}, nil
@@ -266,7 +266,7 @@ func (b *Bootstrap) timedOut(ctx context.Context, s *MachineScope, now time.Time
 	b.Bootstraps.Forget(client.ObjectKeyFromObject(cm))
 	if r.state == runRunning && r.pid > 0 {
 		// Best effort: the machine is failed whether or not this works.
-		_, _ = b.Runtime.Exec(ctx, s.Container.Name, s.Owner(), container.ExecInput{
+		_, _ = s.Runtime.Exec(ctx, s.Container.Name, s.Owner(), container.ExecInput{
 			Cmd:     []string{"/bin/sh", "-c", `kill -TERM -"$1" 2>/dev/null || kill -TERM "$1"`, "capct-stop", strconv.Itoa(r.pid)},
 			Timeout: bootstrapExecTimeout,
 		})

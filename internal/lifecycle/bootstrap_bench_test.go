@@ -26,6 +26,7 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/provisioning"
 )
@@ -120,12 +121,13 @@ func newBenchHost(b *testing.B, rt container.Runtime, image string) *benchHost {
 		Owner: container.Owner{Namespace: "ns", Cluster: h.cluster, ClusterID: "id-" + h.cluster}}); err != nil {
 		b.Fatal(err)
 	}
-	h.deps = &Deps{Client: h.mgmt, Runtime: rt, Clock: clock.RealClock{}, Recorder: &record.FakeRecorder{}}
+	h.deps = &Deps{Client: h.mgmt, Engines: engines.Single(rt), Clock: clock.RealClock{}, Recorder: &record.FakeRecorder{}}
 	return h
 }
 
 func (h *benchHost) machine(name string, controlPlane bool) *MachineScope {
 	s := newScope()
+	s.Runtime = h.rt
 	s.Cluster.Name, s.Cluster.UID = h.cluster, k8stypes.UID("uid-"+h.cluster)
 	s.ContainerCluster.Name = h.cluster
 	s.ContainerCluster.Spec.ClusterID = "id-" + h.cluster

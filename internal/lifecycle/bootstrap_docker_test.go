@@ -17,6 +17,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
@@ -101,9 +102,9 @@ func newDockerEnvWith(t *testing.T, data string, tools map[string]string, mutate
 		t.Fatal(err)
 	}
 	e := &dockerEnv{env: newEnv(t, data), rt: rt}
-	e.deps.Runtime = rt
+	e.deps.Engines = engines.Single(rt)
 	e.restartManager(0)
-	e.s = newScope()
+	e.s = e.scope()
 	suffix := rand.String(5)
 	name := "capct-boot-" + suffix
 	e.s.Cluster.Name, e.s.Cluster.UID = name, k8stypes.UID("uid-"+suffix)

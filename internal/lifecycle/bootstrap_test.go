@@ -169,7 +169,7 @@ func TestBootstrapRetriesAFailureThatCanPass(t *testing.T) {
 		container.ExecResult{ExitCode: 1, Stderr: []byte("[preflight] Running pre-flight checks\nerror execution phase preflight: [preflight] Some fatal errors occurred:\n\t[ERROR CRI]: container runtime is not running: output: rpc error: code = Unimplemented desc = unknown service runtime.v1.RuntimeService\n")},
 		container.ExecResult{Stdout: []byte("This node has joined the cluster")},
 	)
-	s := newScope()
+	s := e.scope()
 	ctx := context.Background()
 	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func TestBootstrapStopsAtAFailureThatCannotPass(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, joinData)
 			k := e.newKubeadm(tc.res)
-			s := newScope()
+			s := e.scope()
 			if _, err := (&Launch{e.deps}).Reconcile(context.Background(), s); err != nil {
 				t.Fatal(err)
 			}
@@ -234,7 +234,7 @@ func TestBootstrapStopsAtAFailureThatCannotPass(t *testing.T) {
 func TestBootstrapGivesUpAfterTheLastAttempt(t *testing.T) {
 	e := newEnv(t, joinData)
 	k := e.newKubeadm(container.ExecResult{ExitCode: 1, Stderr: []byte("dial tcp 10.0.0.1:6443: connect: connection refused")})
-	s := newScope()
+	s := e.scope()
 	if _, err := (&Launch{e.deps}).Reconcile(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestBootstrapRunsOnceAcrossManagerRestarts(t *testing.T) {
 	k := e.newKubeadm(container.ExecResult{})
 	release := k.holdRuns()
 	defer release()
-	s := newScope()
+	s := e.scope()
 	ctx := context.Background()
 	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
@@ -283,7 +283,7 @@ func TestBootstrapRunsOnceAcrossManagerRestarts(t *testing.T) {
 	// Another after the end reads the outcome from the marks, even with
 	// the status lost, as after clusterctl move.
 	e.restartManager(1)
-	s2 := newScope()
+	s2 := e.scope()
 	s2.Container = s.Container
 	e.reconcileBootstrap(s2)
 	wantCondition(t, s2, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
@@ -305,7 +305,7 @@ func TestBootstrapRunsOnceAcrossManagerRestarts(t *testing.T) {
 func TestBootstrapStartsAnAttemptThatWasAskedForButNeverClaimed(t *testing.T) {
 	e := newEnv(t, joinData)
 	k := e.newKubeadm(container.ExecResult{})
-	s := newScope()
+	s := e.scope()
 	ctx := context.Background()
 	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
@@ -348,7 +348,7 @@ func TestBootstrapStartsAnAttemptThatWasAskedForButNeverClaimed(t *testing.T) {
 func TestBootstrapRetriesAnAttemptCutShortByAContainerRestart(t *testing.T) {
 	e := newEnv(t, joinData)
 	k := e.newKubeadm(container.ExecResult{})
-	s := newScope()
+	s := e.scope()
 	ctx := context.Background()
 	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
 		t.Fatal(err)

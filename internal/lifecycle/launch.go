@@ -60,7 +60,7 @@ func (l *Launch) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, e
 		return ctrl.Result{}, nil
 	}
 
-	existing, err := l.Runtime.Inspect(ctx, s.ContainerName())
+	existing, err := s.Runtime.Inspect(ctx, s.ContainerName())
 	switch {
 	case err == nil:
 		return l.observe(ctx, s, existing, now)
@@ -173,7 +173,7 @@ func (l *Launch) create(ctx context.Context, s *MachineScope, now time.Time, ima
 	// The container gets static addresses (nodeaddr), so that it comes
 	// back on the address etcd and the API server advertise when the engine
 	// restarts it.
-	launched, err := (&nodeaddr.Launcher{Runtime: l.Runtime}).Launch(ctx, spec)
+	launched, err := (&nodeaddr.Launcher{Runtime: s.Runtime}).Launch(ctx, spec)
 	if path, ok := container.HostPathNotFound(err); ok {
 		return l.refused(s, now, was, &hostPathNotFoundError{mounts: cm.Spec.ExtraMounts, path: path})
 	}
@@ -196,7 +196,7 @@ func (l *Launch) checkHost(ctx context.Context, s *MachineScope, image string) e
 	if err := l.Policy.CheckMachine(&s.ContainerMachine.Spec, image); err != nil {
 		return err
 	}
-	return policy.MissingImages(ctx, l.Runtime.ImageExists, policy.MachineImages(&s.ContainerMachine.Spec, image))
+	return policy.MissingImages(ctx, s.Runtime.ImageExists, policy.MachineImages(&s.ContainerMachine.Spec, image))
 }
 
 // refused records a launch that the policy or the host refuses. None of
@@ -326,7 +326,7 @@ func (l *Launch) observe(ctx context.Context, s *MachineScope, m *container.Mach
 			setCondition(cm, now, infrav1.ContainerRunningCondition, metav1.ConditionFalse, reason, msg)
 			return ctrl.Result{RequeueAfter: containerRecheck}, nil
 		}
-		err := l.Runtime.Start(ctx, m.Name, s.Owner())
+		err := s.Runtime.Start(ctx, m.Name, s.Owner())
 		if container.IsInUse(err) && m.State == container.StateCreated {
 			// Its static address was taken since it was picked, or the
 			// engine still holds it for nobody. It never ran, so nothing is
@@ -334,7 +334,7 @@ func (l *Launch) observe(ctx context.Context, s *MachineScope, m *container.Mach
 			// addresses picked anew, skipping the refused ones. Starting it again would
 			// fail the same way until the launch timed out.
 			nodeaddr.Refused(m.Network, m.StaticIPv4, m.StaticIPv6)
-			if derr := l.Runtime.Delete(ctx, m.Name, s.Owner()); derr != nil {
+			if derr := s.Runtime.Delete(ctx, m.Name, s.Owner()); derr != nil {
 				return l.failed(s, now, errors.Join(fmt.Errorf("failed to start container %s: %w", m.Name, err),
 					fmt.Errorf("failed to remove it to launch it again: %w", derr)))
 			}

@@ -26,6 +26,7 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	fakeruntime "github.com/capct/cluster-api-provider-container/internal/container/fake"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
 	"github.com/capct/cluster-api-provider-container/internal/provisioning"
@@ -82,7 +83,7 @@ func newEnv(t *testing.T, bootstrapData string) *env {
 	t.Cleanup(cancel)
 	e.deps = &Deps{
 		Client:   e.mgmt,
-		Runtime:  e.runtime,
+		Engines:  engines.Single(e.runtime),
 		Clock:    clk,
 		Recorder: e.recorder,
 		WorkloadClient: func(context.Context, client.ObjectKey) (client.Client, error) {
@@ -107,7 +108,20 @@ var (
 	cpName       = naming.ContainerName("ns", "c1", "cp-0")
 )
 
-// scope returns a control-plane machine whose prerequisites are all met.
+// scope returns newScope's machine on the env's engine, as the reconciler
+// hands it to the phases.
+func (e *env) scope() *MachineScope {
+	s := newScope()
+	s.Engine = engines.Local
+	rt, err := e.deps.Engines.Get(s.Engine)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	s.Runtime = rt
+	return s
+}
+
+// newScope returns a control-plane machine whose prerequisites are all met.
 func newScope() *MachineScope {
 	cluster := &clusterv1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1", UID: "uid-1"},
@@ -165,7 +179,7 @@ func TestLaunchWaitsForWhatItNeeds(t *testing.T) {
 	for _, tc := range testCases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, cloudConfig)
-			s := newScope()
+			s := e.scope()
 			tc.mutate(s)
 			if _, err := (&Launch{e.deps}).Reconcile(context.Background(), s); err != nil {
 				t.Fatal(err)
@@ -181,7 +195,7 @@ func TestLaunchWaitsForWhatItNeeds(t *testing.T) {
 func TestLaunchCreatesAndAdopts(t *testing.T) {
 	e := newEnv(t, cloudConfig)
 	ctx := context.Background()
-	s := newScope()
+	s := e.scope()
 	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +217,7 @@ func TestLaunchCreatesAndAdopts(t *testing.T) {
 	}
 
 	// A second pass, as after a crash, adopts the same container.
-	s2 := newScope()
+	s2 := e.scope()
 	if _, err := (&Launch{e.deps}).Reconcile(ctx, s2); err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +234,7 @@ func TestLaunchRefusesAForeignContainerAndTimesOut(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	s := newScope()
+	s := e.scope()
 	res, err := (&Launch{e.deps}).Reconcile(ctx, s)
 	if err != nil || res.RequeueAfter == 0 {
 		t.Fatalf("want a retry, got %v %v", res, err)
@@ -303,7 +317,7 @@ func TestLaunchRefusesWhatThePolicyOrTheHostCannotGive(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, cloudConfig)
 			ctx := context.Background()
-			s := newScope()
+			s := e.scope()
 			tc.setup(e, s)
 			res, err := (&Launch{e.deps}).Reconcile(ctx, s)
 			if err != nil {
@@ -364,7 +378,7 @@ func countEvents(r *record.FakeRecorder, reason string) int {
 
 func TestLaunchRejectsAnUnparseableVersion(t *testing.T) {
 	e := newEnv(t, cloudConfig)
-	s := newScope()
+	s := e.scope()
 	s.Version = "one.two"
 	_, err := (&Launch{e.deps}).Reconcile(context.Background(), s)
 	if err == nil {
@@ -379,7 +393,7 @@ func TestLaunchRejectsAnUnparseableVersion(t *testing.T) {
 func TestLaunchReportsAMissingContainerWithoutRecreatingIt(t *testing.T) {
 	e := newEnv(t, cloudConfig)
 	ctx := context.Background()
-	s := newScope()
+	s := e.scope()
 	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +440,7 @@ func (e *env) waitForBootstrap(s *MachineScope) {
 
 func TestBootstrapRunsTheDataAsynchronously(t *testing.T) {
 	e := newEnv(t, cloudConfig)
-	s := newScope()
+	s := e.scope()
 	bootstrap(t, e, s)
 	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
 	got, err := e.runtime.ReadFile(context.Background(), cpName, "/etc/capct/hostname")
@@ -454,7 +468,7 @@ func TestBootstrapRunsTheDataAsynchronously(t *testing.T) {
 func TestBootstrapTrustsTheSentinelAfterARestart(t *testing.T) {
 	e := newEnv(t, cloudConfig)
 	ctx := context.Background()
-	s := newScope()
+	s := e.scope()
 	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
@@ -493,7 +507,7 @@ func TestBootstrapFailures(t *testing.T) {
 			if tc.exec != nil {
 				e.runtime.SetExecHandler(tc.exec)
 			}
-			s := newScope()
+			s := e.scope()
 			ctx := context.Background()
 			if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
 				t.Fatal(err)
@@ -529,7 +543,7 @@ func TestBootstrapTimesOutOnTheInjectedClock(t *testing.T) {
 		}
 		return container.ExecResult{}, false
 	})
-	s := newScope()
+	s := e.scope()
 	s.ContainerMachine.Spec.Lifecycle.BootstrapTimeout = &metav1.Duration{Duration: time.Minute}
 	ctx := context.Background()
 	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
@@ -563,7 +577,7 @@ func readyNode(name string, taints ...corev1.Taint) *corev1.Node {
 func TestRegistrationAndInitialization(t *testing.T) {
 	e := newEnv(t, cloudConfig)
 	ctx := context.Background()
-	s := newScope()
+	s := e.scope()
 	bootstrap(t, e, s)
 	if _, err := (&Provision{e.deps}).Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
@@ -621,7 +635,7 @@ func TestLivenessTimeouts(t *testing.T) {
 	for _, tc := range testCases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, cloudConfig)
-			s := newScope()
+			s := e.scope()
 			cm := s.ContainerMachine
 			cm.Spec.Lifecycle.RegistrationTTL = tc.ttl
 			setCondition(cm, e.clock.Now(), infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
@@ -716,7 +730,7 @@ func TestPodCIDRRetryBacksOffWhileExhausted(t *testing.T) {
 func TestTheEngineGoingAwayMidReconcileIsWaitedFor(t *testing.T) {
 	e := newEnv(t, cloudConfig)
 	ctx := context.Background()
-	s := newScope()
+	s := e.scope()
 	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
@@ -740,7 +754,7 @@ func TestTheEngineGoingAwayMidReconcileIsWaitedFor(t *testing.T) {
 func TestACreatedContainerWhoseAddressWasTakenIsLaunchedAgain(t *testing.T) {
 	e := newEnv(t, cloudConfig)
 	ctx := context.Background()
-	s := newScope()
+	s := e.scope()
 	// As after a crash between create and start: the container exists,
 	// created, with a static address.
 	if _, err := e.runtime.CreateMachine(ctx, container.MachineSpec{

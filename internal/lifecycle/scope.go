@@ -13,6 +13,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
@@ -27,8 +28,9 @@ type WorkloadClientFunc func(ctx context.Context, cluster client.ObjectKey) (cli
 type Deps struct {
 	// Client reads and writes the management cluster.
 	Client client.Client
-	// Runtime runs the machines' containers.
-	Runtime container.Runtime
+	// Engines are the container engines machines run on; each phase uses
+	// the machine's own, MachineScope.Runtime.
+	Engines engines.Set
 	// Clock is the only source of time for timeouts.
 	Clock clock.PassiveClock
 	// Recorder emits Kubernetes events on the ContainerMachine.
@@ -72,6 +74,11 @@ type MachineScope struct {
 	BootstrapDataSecretName *string
 	// Version is the Kubernetes version the machine runs, e.g. v1.35.4.
 	Version string
+
+	// Engine names the engine the machine's container is on, and Runtime
+	// is that engine's. The reconciler sets both before any phase runs.
+	Engine  string
+	Runtime container.Runtime
 
 	// Container is the machine's container as the runtime last reported it.
 	// It is set by Launch.

@@ -130,7 +130,7 @@ func TestRunningCondition(t *testing.T) {
 func initialized(t *testing.T, e *env) *MachineScope {
 	t.Helper()
 	ctx := context.Background()
-	s := newScope()
+	s := e.scope()
 	bootstrap(t, e, s)
 	node := readyNode(cpName)
 	node.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(e.clock.Now())
@@ -287,7 +287,7 @@ func TestTheEngineBeingAwayFailsNothing(t *testing.T) {
 
 	// A launch whose engine is away past the launch timeout is not failed;
 	// its timeout counts again once the engine answers.
-	s2 := newScope()
+	s2 := e.scope()
 	s2.ContainerMachine.Name = "cp-1"
 	l := &Launch{e.deps}
 	e.runtime.FailNext(fakeruntime.OpCreateMachine, errors.New("image not found, say"))
@@ -337,7 +337,7 @@ func TestLaunchWaitsForHostCapacity(t *testing.T) {
 	ctx := context.Background()
 	host := &heldHost{}
 	e.deps.HostCapacity = host
-	s := newScope()
+	s := e.scope()
 	for range 2 {
 		res, err := (&Launch{e.deps}).Reconcile(ctx, s)
 		if err != nil || res.RequeueAfter == 0 {

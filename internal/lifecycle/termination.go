@@ -39,7 +39,7 @@ func (t *Termination) Reconcile(ctx context.Context, s *MachineScope) (done bool
 		}
 	}
 	name := s.ContainerName()
-	existing, err := t.Runtime.Inspect(ctx, name)
+	existing, err := s.Runtime.Inspect(ctx, name)
 	if container.IsNotFound(err) {
 		// The other nodes' routes to its pod CIDRs go when the
 		// ContainerCluster controller sees the ContainerMachine go.
@@ -52,7 +52,7 @@ func (t *Termination) Reconcile(ctx context.Context, s *MachineScope) (done bool
 		// Another cluster's container with this name is not ours to delete.
 		return true, ctrl.Result{}, nil
 	}
-	if err := t.Runtime.Delete(ctx, name, s.Owner()); err != nil && !container.IsNotFound(err) {
+	if err := s.Runtime.Delete(ctx, name, s.Owner()); err != nil && !container.IsNotFound(err) {
 		return false, ctrl.Result{}, fmt.Errorf("failed to delete container %s of ContainerMachine %s/%s: %w", name, cm.Namespace, cm.Name, err)
 	}
 	t.Recorder.Eventf(cm, corev1.EventTypeNormal, "Deleted", "Deleted container %s", name)

@@ -21,7 +21,7 @@ import (
 // launched returns a scope whose container Launch has created.
 func (e *env) launched(mutate func(*MachineScope)) *MachineScope {
 	e.t.Helper()
-	s := newScope()
+	s := e.scope()
 	if mutate != nil {
 		mutate(s)
 	}
@@ -89,7 +89,7 @@ func TestTerminationLeavesAnotherOwnersContainer(t *testing.T) {
 	if err := e.runtime.Start(ctx, cpName, stranger); err != nil {
 		t.Fatal(err)
 	}
-	e.terminate(&Termination{Deps: e.deps}, newScope())
+	e.terminate(&Termination{Deps: e.deps}, e.scope())
 	if !e.exists(cpName) {
 		t.Fatal("the container of another cluster was deleted")
 	}
@@ -114,7 +114,7 @@ func newLBEnv(t *testing.T) *lbEnv {
 	ctx := context.Background()
 	e.s = e.launched(nil)
 	e.runtime.AddImage(loadbalancer.DefaultImage, nil)
-	e.lb = &loadbalancer.LoadBalancer{Client: e.mgmt, Runtime: e.runtime}
+	e.lb = &loadbalancer.LoadBalancer{Client: e.mgmt, Engines: e.deps.Engines}
 	m, err := e.lb.Ensure(ctx, loadbalancer.Spec{Cluster: e.s.Cluster, ContainerCluster: e.s.ContainerCluster, Network: "capct-c1"})
 	if err != nil {
 		t.Fatal(err)

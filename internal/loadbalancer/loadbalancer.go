@@ -10,11 +10,13 @@ import (
 	"k8s.io/utils/clock"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/nodeaddr"
 )
@@ -46,8 +48,10 @@ func owner(cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) container.O
 
 // LoadBalancer manages clusters' HAProxy containers.
 type LoadBalancer struct {
-	Client  client.Client
-	Runtime container.Runtime
+	Client client.Client
+	// Engines holds each cluster's load balancer on its first engine,
+	// beside its network.
+	Engines engines.Set
 	// Stats reads HAProxy's statistics to confirm a reload; nil means
 	// HTTPStats.
 	Stats StatsFunc
@@ -98,7 +102,11 @@ func (lb *LoadBalancer) Ensure(ctx context.Context, spec Spec) (*container.Machi
 		RestartPolicy: container.RestartAlways,
 		PortMappings:  []container.PortMapping{{ContainerPort: APIServerPort, HostIP: "127.0.0.1"}},
 	}
-	launcher := &nodeaddr.Launcher{Runtime: lb.Runtime}
+	rt, err := lb.runtime(spec.ContainerCluster)
+	if err != nil {
+		return nil, err
+	}
+	launcher := &nodeaddr.Launcher{Runtime: rt}
 	launched, err := launcher.Launch(ctx, mspec)
 	if err != nil {
 		return nil, fmt.Errorf("failed to launch load balancer container %s: %w", name, err)
@@ -134,8 +142,12 @@ func configuredHostPort(m *container.Machine) int {
 // Delete removes the cluster's load-balancer container; a missing one is
 // fine, and one of another owner is refused by the runtime.
 func (lb *LoadBalancer) Delete(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) error {
+	rt, err := lb.runtime(cc)
+	if err != nil {
+		return err
+	}
 	name := naming.LoadBalancerName(cluster.Namespace, cluster.Name)
-	if err := lb.Runtime.Delete(ctx, name, owner(cluster, cc)); err != nil && !container.IsNotFound(err) {
+	if err := rt.Delete(ctx, name, owner(cluster, cc)); err != nil && !container.IsNotFound(err) {
 		return fmt.Errorf("failed to delete load balancer container %s: %w", name, err)
 	}
 	return nil
@@ -147,7 +159,11 @@ func (lb *LoadBalancer) Delete(ctx context.Context, cluster *clusterv1.Cluster, 
 // reloaded. A configuration HAProxy refuses is never written: the previous
 // one keeps serving, and the error is a *ReloadError.
 func (lb *LoadBalancer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (bool, error) {
-	reloaded, _, err := lb.sync(ctx, cluster, cc)
+	rt, err := lb.runtime(cc)
+	if err != nil {
+		return false, err
+	}
+	reloaded, _, err := lb.sync(ctx, rt, cluster, cc)
 	return reloaded, err
 }
 
@@ -157,13 +173,17 @@ func (lb *LoadBalancer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc
 // another, the error is a *ReloadError and the previous configuration
 // keeps serving.
 func (lb *LoadBalancer) SyncAndVerify(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster, m *container.Machine) (bool, error) {
-	reloaded, marker, err := lb.sync(ctx, cluster, cc)
+	rt, err := lb.runtime(cc)
+	if err != nil {
+		return false, err
+	}
+	reloaded, marker, err := lb.sync(ctx, rt, cluster, cc)
 	if err != nil {
 		return reloaded, err
 	}
 	loaded, err := lb.runs(ctx, m, marker, reloaded)
 	if (err != nil || !loaded) && !reloaded {
-		if err := lb.Runtime.Signal(ctx, m.Name, owner(cluster, cc), "SIGHUP"); err != nil {
+		if err := rt.Signal(ctx, m.Name, owner(cluster, cc), "SIGHUP"); err != nil {
 			return false, fmt.Errorf("failed to reload load balancer %s: %w", m.Name, err)
 		}
 		reloaded = true
@@ -180,8 +200,9 @@ func (lb *LoadBalancer) SyncAndVerify(ctx context.Context, cluster *clusterv1.Cl
 	return reloaded, nil
 }
 
-// sync does Sync's work and returns the marker of the wanted configuration.
-func (lb *LoadBalancer) sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (bool, string, error) {
+// sync does Sync's work through rt and returns the marker of the wanted
+// configuration.
+func (lb *LoadBalancer) sync(ctx context.Context, rt container.Runtime, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (bool, string, error) {
 	name := naming.LoadBalancerName(cluster.Namespace, cluster.Name)
 	backends, err := lb.backends(ctx, cluster)
 	if err != nil {
@@ -202,23 +223,33 @@ func (lb *LoadBalancer) sync(ctx context.Context, cluster *clusterv1.Cluster, cc
 	if err != nil {
 		return false, "", &ReloadError{Reason: infrav1.LoadBalancerConfigInvalidReason, Err: err}
 	}
-	have, err := lb.Runtime.ReadFile(ctx, name, ConfigPath)
+	have, err := rt.ReadFile(ctx, name, ConfigPath)
 	if err != nil && !container.IsNotFound(err) {
 		return false, "", fmt.Errorf("failed to read the configuration of load balancer %s: %w", name, err)
 	}
 	if bytes.Equal(have, want) {
 		return false, marker, nil
 	}
-	if err := lb.check(ctx, name, owner(cluster, cc), want); err != nil {
+	if err := check(ctx, rt, name, owner(cluster, cc), want); err != nil {
 		return false, "", err
 	}
-	if err := lb.Runtime.WriteFile(ctx, name, owner(cluster, cc), ConfigPath, want, 0o644); err != nil {
+	if err := rt.WriteFile(ctx, name, owner(cluster, cc), ConfigPath, want, 0o644); err != nil {
 		return false, "", fmt.Errorf("failed to write the configuration of load balancer %s: %w", name, err)
 	}
-	if err := lb.Runtime.Signal(ctx, name, owner(cluster, cc), "SIGHUP"); err != nil {
+	if err := rt.Signal(ctx, name, owner(cluster, cc), "SIGHUP"); err != nil {
 		return false, "", fmt.Errorf("failed to reload load balancer %s: %w", name, err)
 	}
 	return true, marker, nil
+}
+
+// runtime is the engine of cc's load balancer: the cluster's first, which
+// holds its network.
+func (lb *LoadBalancer) runtime(cc *infrav1.ContainerCluster) (container.Runtime, error) {
+	rt, err := engines.FirstEngine(lb.Engines, cc)
+	if err != nil {
+		return nil, fmt.Errorf("failed to reach the engine of the load balancer of ContainerCluster %s: %w", klog.KObj(cc), err)
+	}
+	return rt, nil
 }
 
 // backends are the cluster's control-plane machines that have an address,

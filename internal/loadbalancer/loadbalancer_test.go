@@ -18,6 +18,7 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
@@ -55,7 +56,7 @@ func newEnv(t *testing.T) *env {
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	e.lb = &LoadBalancer{Client: fakeclient.NewClientBuilder().WithScheme(scheme).Build(), Runtime: e.rt,
+	e.lb = &LoadBalancer{Client: fakeclient.NewClientBuilder().WithScheme(scheme).Build(), Engines: engines.Single(e.rt),
 		Clock: clk,
 		Stats: func(ctx context.Context, m *container.Machine) ([]byte, error) {
 			var csv bytes.Buffer

@@ -124,11 +124,11 @@ func withMarker(rendered []byte) (config []byte, marker string) {
 
 // check asks the container's HAProxy whether it would load config, without
 // touching the configuration it runs.
-func (lb *LoadBalancer) check(ctx context.Context, name string, owner container.Owner, config []byte) error {
-	if err := lb.Runtime.WriteFile(ctx, name, owner, candidatePath, config, 0o644); err != nil {
+func check(ctx context.Context, rt container.Runtime, name string, owner container.Owner, config []byte) error {
+	if err := rt.WriteFile(ctx, name, owner, candidatePath, config, 0o644); err != nil {
 		return fmt.Errorf("failed to write the candidate configuration of load balancer %s: %w", name, err)
 	}
-	res, err := lb.Runtime.Exec(ctx, name, owner, container.ExecInput{Cmd: []string{"haproxy", "-c", "-f", candidatePath}, Timeout: checkTimeout})
+	res, err := rt.Exec(ctx, name, owner, container.ExecInput{Cmd: []string{"haproxy", "-c", "-f", candidatePath}, Timeout: checkTimeout})
 	if err != nil {
 		return fmt.Errorf("failed to check the configuration of load balancer %s: %w", name, err)
 	}

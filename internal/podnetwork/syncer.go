@@ -20,6 +20,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 )
@@ -33,7 +34,7 @@ const DefaultVerifyInterval = 5 * time.Minute
 // Syncer programs a cluster's pod network into its node containers. It is
 // safe for concurrent use; one Syncer serves every cluster.
 type Syncer struct {
-	runtime container.Runtime
+	engines engines.Set
 	reader  client.Reader
 	clock   clock.PassiveClock
 	// VerifyInterval defaults to DefaultVerifyInterval.
@@ -69,15 +70,15 @@ type programmed struct {
 	verified time.Time
 }
 
-// NewSyncer returns a Syncer that reaches node containers through rt and
-// reads ContainerMachines through reader (the manager's cache is fine: a
+// NewSyncer returns a Syncer that reaches node containers on their engines
+// in set and reads ContainerMachines through reader (the manager's cache is fine: a
 // stale read only delays a route until the next sync). clk defaults to the
 // real clock.
-func NewSyncer(rt container.Runtime, reader client.Reader, clk clock.PassiveClock) *Syncer {
+func NewSyncer(set engines.Set, reader client.Reader, clk clock.PassiveClock) *Syncer {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Syncer{runtime: rt, reader: reader, clock: clk, clusters: map[types.NamespacedName]*clusterState{}}
+	return &Syncer{engines: set, reader: reader, clock: clk, clusters: map[types.NamespacedName]*clusterState{}}
 }
 
 func (s *Syncer) state(cluster types.NamespacedName) *clusterState {
@@ -143,12 +144,12 @@ func (s *Syncer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infra
 	for i := range machines.Items {
 		cidrsOf[machines.Items[i].Name] = nodeipam.Recorded(&machines.Items[i])
 	}
-	containers, err := container.ListOwned(ctx, s.runtime, owner, nil)
+	containers, err := engines.ListOwned(ctx, s.engines, cc, owner, nil)
 	if err != nil {
 		return fmt.Errorf("failed to list the containers of Cluster %s: %w", klog.KObj(cluster), err)
 	}
 	var nodes []Node
-	byName := map[string]container.Machine{}
+	byName := map[string]engines.Owned{}
 	for _, c := range containers {
 		if !container.Role(c.Labels[container.LabelRole]).IsNode() || c.State != container.StateRunning {
 			continue
@@ -202,7 +203,7 @@ type nodeResult struct {
 
 // forgetAllBut drops what is remembered of node containers that are gone.
 // The caller holds st.sync.
-func (st *clusterState) forgetAllBut(running map[string]container.Machine) {
+func (st *clusterState) forgetAllBut(running map[string]engines.Owned) {
 	for name := range st.nodes {
 		if _, ok := running[name]; !ok {
 			delete(st.nodes, name)
@@ -227,7 +228,7 @@ func (st *clusterState) startsOf(name string) uint64 {
 // desired routes, from p, what it was last brought to (known says there is
 // such a record), and returns what it brought the node to. The caller holds
 // st.sync.
-func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c container.Machine, owner container.Owner, n Node, p programmed, known bool, desired []Route, clusterCIDRs []netip.Prefix) (programmed, error) {
+func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c engines.Owned, owner container.Owner, n Node, p programmed, known bool, desired []Route, clusterCIDRs []netip.Prefix) (programmed, error) {
 	now := s.clock.Now()
 	verifyInterval := s.VerifyInterval
 	if verifyInterval == 0 {
@@ -240,11 +241,11 @@ func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c container.Mac
 	current := p.routes
 	if !trusted {
 		if len(n.PodCIDRs) > 0 {
-			if err := s.writeCNIConfig(ctx, n.Name, owner, n.PodCIDRs); err != nil {
+			if err := writeCNIConfig(ctx, c.Runtime, n.Name, owner, n.PodCIDRs); err != nil {
 				return programmed{}, err
 			}
 		}
-		out, err := s.exec(ctx, n.Name, owner, ProbeCommand(n.PodCIDRs, clusterCIDRs))
+		out, err := exec(ctx, c.Runtime, n.Name, owner, ProbeCommand(n.PodCIDRs, clusterCIDRs))
 		if err != nil {
 			return programmed{}, err
 		}
@@ -253,7 +254,7 @@ func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c container.Mac
 	}
 	add, del := DiffRoutes(current, desired, clusterCIDRs)
 	if cmd := ApplyCommand(add, del); cmd != nil {
-		if _, err := s.exec(ctx, n.Name, owner, cmd); err != nil {
+		if _, err := exec(ctx, c.Runtime, n.Name, owner, cmd); err != nil {
 			return programmed{}, err
 		}
 		ctrl.LoggerFrom(ctx).Info("Synced pod CIDR routes", "Container", n.Name, "Added", len(add), "Removed", len(del))
@@ -264,27 +265,27 @@ func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c container.Mac
 
 // writeCNIConfig writes the node's CNI configuration unless it already has
 // it.
-func (s *Syncer) writeCNIConfig(ctx context.Context, name string, owner container.Owner, cidrs []netip.Prefix) error {
+func writeCNIConfig(ctx context.Context, rt container.Runtime, name string, owner container.Owner, cidrs []netip.Prefix) error {
 	want, err := CNIConfig(cidrs)
 	if err != nil {
 		return err
 	}
-	have, err := s.runtime.ReadFile(ctx, name, CNIConfigPath)
+	have, err := rt.ReadFile(ctx, name, CNIConfigPath)
 	switch {
 	case err == nil && bytes.Equal(have, want):
 		return nil
 	case err != nil && !container.IsNotFound(err):
 		return fmt.Errorf("failed to read %s in container %s: %w", CNIConfigPath, name, err)
 	}
-	if err := s.runtime.WriteFile(ctx, name, owner, CNIConfigPath, want, 0o644); err != nil {
+	if err := rt.WriteFile(ctx, name, owner, CNIConfigPath, want, 0o644); err != nil {
 		return fmt.Errorf("failed to write %s in container %s: %w", CNIConfigPath, name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Wrote the node's CNI config", "Container", name, "Path", CNIConfigPath)
 	return nil
 }
 
-func (s *Syncer) exec(ctx context.Context, name string, owner container.Owner, cmd []string) (string, error) {
-	res, err := s.runtime.Exec(ctx, name, owner, container.ExecInput{Cmd: cmd})
+func exec(ctx context.Context, rt container.Runtime, name string, owner container.Owner, cmd []string) (string, error) {
+	res, err := rt.Exec(ctx, name, owner, container.ExecInput{Cmd: cmd})
 	what := strings.Join(cmd, " ")
 	if len(cmd) > 3 && cmd[0] == "sh" {
 		// The script itself is long and the same every time; its

@@ -18,6 +18,7 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 )
@@ -60,7 +61,7 @@ func newSyncEnv(t *testing.T, podCIDRs ...string) *syncEnv {
 	if _, err := e.rt.EnsureNetwork(e.ctx, container.NetworkSpec{Name: e.network, IPFamily: fam, Owner: naming.ClusterOwner(cluster, cc)}); err != nil {
 		t.Fatal(err)
 	}
-	e.syncer = NewSyncer(e.rt, e.mgmt, clk)
+	e.syncer = NewSyncer(engines.Single(e.rt), e.mgmt, clk)
 	return e
 }
 

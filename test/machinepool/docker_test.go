@@ -32,6 +32,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/test/capi"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 	"github.com/capct/cluster-api-provider-container/internal/test/images"
@@ -74,7 +75,7 @@ func setup(ctx context.Context) error {
 		return err
 	}
 	return (&expcontrollers.ContainerMachinePoolReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: rt,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engines: engines.Single(rt),
 	}).SetupWithManager(ctx, mgr, capi.Options())
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
 	"github.com/capct/cluster-api-provider-container/internal/container/runtimetest"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/podnetwork"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
@@ -87,7 +88,7 @@ func TestPodNetworkDualStack(t *testing.T) {
 	}
 	a, b := nodes["a"], nodes["b"]
 
-	syncer := podnetwork.NewSyncer(rt, mgmt, nil)
+	syncer := podnetwork.NewSyncer(engines.Single(rt), mgmt, nil)
 	if err := syncer.Sync(ctx, cluster, cc); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}

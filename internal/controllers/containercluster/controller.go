@@ -38,6 +38,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
@@ -87,8 +88,10 @@ type ClusterForgetter interface {
 
 // Reconciler reconciles ContainerClusters.
 type Reconciler struct {
-	Client  client.Client
-	Runtime container.Runtime
+	Client client.Client
+	// Engines are the container engines clusters run on; a cluster's
+	// network and load balancer are on its first.
+	Engines engines.Set
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
 	// WatchFilterValue limits the controller to objects with this
@@ -126,7 +129,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		r.OrphanGracePeriod = DefaultOrphanGracePeriod
 	}
 	r.recorder = mgr.GetEventRecorderFor("containercluster-controller")
-	r.lb = &loadbalancer.LoadBalancer{Client: r.Client, Runtime: r.Runtime, Stats: r.LoadBalancerStats}
+	r.lb = &loadbalancer.LoadBalancer{Client: r.Client, Engines: r.Engines, Stats: r.LoadBalancerStats}
 	if c, ok := r.Clock.(clock.Clock); ok {
 		r.lb.Clock = c
 	}
@@ -316,8 +319,12 @@ func (r *Reconciler) admit(ctx context.Context, cc *infrav1.ContainerCluster) (r
 	if err := r.Policy.CheckCluster(&cc.Spec, image); err != nil {
 		return infrav1.RefusedByPolicyReason, 0, err
 	}
+	rt, err := engines.FirstEngine(r.Engines, cc)
+	if err != nil {
+		return "", 0, err
+	}
 	// CAPCT never pulls: a missing image is waited for, not failed on.
-	err = policy.MissingImages(ctx, r.Runtime.ImageExists, []policy.FieldValue{{Field: field.NewPath("spec", "loadBalancer", "image"), Value: image}})
+	err = policy.MissingImages(ctx, rt.ImageExists, []policy.FieldValue{{Field: field.NewPath("spec", "loadBalancer", "image"), Value: image}})
 	var notOnHost *policy.NotOnHostError
 	if errors.As(err, &notOnHost) {
 		return infrav1.ImageNotOnHostReason, hostRecheck, err
@@ -346,17 +353,18 @@ func (r *Reconciler) refused(cc *infrav1.ContainerCluster, now time.Time, condit
 // Unmanaged network it shares exists and carries the families it needs. It
 // returns the network's subnets.
 func (r *Reconciler) ensureNetwork(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster, name string, family container.IPFamily) ([]netip.Prefix, error) {
-	var (
-		n   container.Network
-		err error
-	)
+	rt, err := engines.FirstEngine(r.Engines, cc)
+	if err != nil {
+		return nil, err
+	}
+	var n container.Network
 	if cc.Spec.Network.Mode != infrav1.NetworkUnmanaged {
-		n, err = r.Runtime.EnsureNetwork(ctx, container.NetworkSpec{Name: name, Owner: naming.ClusterOwner(cluster, cc), IPFamily: family})
+		n, err = rt.EnsureNetwork(ctx, container.NetworkSpec{Name: name, Owner: naming.ClusterOwner(cluster, cc), IPFamily: family})
 		if err != nil {
 			return nil, err
 		}
 	} else {
-		n, err = r.Runtime.InspectNetwork(ctx, name)
+		n, err = rt.InspectNetwork(ctx, name)
 		if container.IsNotFound(err) {
 			return nil, fmt.Errorf("the Unmanaged network %q does not exist; create it first or use mode Managed: %w", name, err)
 		}
@@ -375,7 +383,7 @@ func (r *Reconciler) ensureNetwork(ctx context.Context, cluster *clusterv1.Clust
 // Only containers this cluster owns are ever considered.
 func (r *Reconciler) removeOrphans(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster, now time.Time) error {
 	owner := naming.ClusterOwner(cluster, cc)
-	containers, err := container.ListOwned(ctx, r.Runtime, owner, nil)
+	containers, err := engines.ListOwned(ctx, r.Engines, cc, owner, nil)
 	if err != nil {
 		return fmt.Errorf("failed to list the containers of Cluster %s: %w", klog.KObj(cluster), err)
 	}
@@ -392,7 +400,7 @@ func (r *Reconciler) removeOrphans(ctx context.Context, cluster *clusterv1.Clust
 			continue
 		}
 		ctrl.LoggerFrom(ctx).Info("Deleting orphaned container", "Container", c.Name, "ContainerMachine", key)
-		if err := r.Runtime.Delete(ctx, c.Name, owner.ForMachine(key.Name)); err != nil && !container.IsNotFound(err) {
+		if err := c.Runtime.Delete(ctx, c.Name, owner.ForMachine(key.Name)); err != nil && !container.IsNotFound(err) {
 			return fmt.Errorf("failed to delete orphaned container %s: %w", c.Name, err)
 		}
 	}
@@ -413,7 +421,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Clu
 	if err := r.lb.Delete(ctx, cluster, cc); err != nil {
 		return ctrl.Result{}, err
 	}
-	remaining, err := container.ListOwned(ctx, r.Runtime, owner, nil)
+	remaining, err := engines.ListOwned(ctx, r.Engines, cc, owner, nil)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("failed to list the containers of Cluster %s: %w", klog.KObj(cluster), err)
 	}
@@ -427,7 +435,11 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Clu
 	// for this very cluster.
 	if cc.Spec.Network.Mode != infrav1.NetworkUnmanaged {
 		network := naming.NetworkName(cluster, cc)
-		err := r.Runtime.DeleteNetwork(ctx, network, owner)
+		rt, err := engines.FirstEngine(r.Engines, cc)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		err = rt.DeleteNetwork(ctx, network, owner)
 		if container.IsConflict(err) {
 			// A network of that name that this cluster does not own (it
 			// never adopted it, since EnsureNetwork refuses the same way)
@@ -458,7 +470,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Clu
 // rather than at the next periodic pass.
 func (r *Reconciler) pumpContainerEvents(ctx context.Context) {
 	log := ctrl.LoggerFrom(ctx)
-	container.WatchEvents(ctx, r.Runtime, nil, nil, func(ev container.Event) {
+	r.Engines.Watch(ctx, func(ev container.Event) {
 		role := container.Role(ev.Labels[container.LabelRole])
 		ns, name := ev.Labels[container.LabelNamespace], ev.Labels[container.LabelCluster]
 		if ns == "" || name == "" || !wakesCluster(ev.Type, role) {

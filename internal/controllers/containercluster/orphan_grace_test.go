@@ -19,6 +19,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/test/capi"
@@ -57,7 +58,7 @@ func TestOrphanGracePeriod(t *testing.T) {
 	// The load balancer's reload waits run on the real clock (the
 	// reconciler hands its clock to them only when it can wait); only the
 	// sweep's notion of now is the test's.
-	r := &containercluster.Reconciler{Client: c, Runtime: rt, Clock: passiveClock{clk}, LoadBalancerStats: capi.LoadBalancerStats(rt)}
+	r := &containercluster.Reconciler{Client: c, Engines: engines.Single(rt), Clock: passiveClock{clk}, LoadBalancerStats: capi.LoadBalancerStats(rt)}
 	if err := r.SetupWithManager(ctx, mgr, capi.Options()); err != nil {
 		t.Fatal(err)
 	}

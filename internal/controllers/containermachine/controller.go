@@ -33,6 +33,7 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/clusters"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
@@ -49,8 +50,9 @@ import (
 
 // Reconciler reconciles ContainerMachines.
 type Reconciler struct {
-	Client       client.Client
-	Runtime      container.Runtime
+	Client client.Client
+	// Engines are the container engines machines run on.
+	Engines      engines.Set
 	ClusterCache clustercache.ClusterCache
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
@@ -100,7 +102,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	r.wakeups = make(chan event.GenericEvent, 1024)
 	deps := &lifecycle.Deps{
 		Client:         r.Client,
-		Runtime:        r.Runtime,
+		Engines:        r.Engines,
 		Clock:          r.Clock,
 		Recorder:       mgr.GetEventRecorderFor("containermachine-controller"),
 		WorkloadClient: r.WorkloadClient,
@@ -112,7 +114,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	r.lifecycle = lifecycle.NewMachine(deps)
 	r.termination = &lifecycle.Termination{
 		Deps:         deps,
-		LoadBalancer: &loadbalancer.LoadBalancer{Client: r.Client, Runtime: r.Runtime},
+		LoadBalancer: &loadbalancer.LoadBalancer{Client: r.Client, Engines: r.Engines},
 	}
 
 	log := ctrl.LoggerFrom(ctx)
@@ -296,6 +298,12 @@ func (r *Reconciler) scope(ctx context.Context, cluster *clusterv1.Cluster, cm *
 		return nil, err
 	}
 	s.ContainerCluster = cc
+	// Every machine is on its cluster's first engine until machines are
+	// placed by failure domain (docs/multihost.md, section 8 step 4).
+	s.Engine = r.Engines.ForCluster(cc)[0]
+	if s.Runtime, err = r.Engines.Get(s.Engine); err != nil {
+		return nil, fmt.Errorf("failed to reach the engine of ContainerMachine %s: %w", klog.KObj(cm), err)
+	}
 	return s, nil
 }
 
@@ -318,7 +326,7 @@ func (r *Reconciler) wake(key types.NamespacedName) {
 // even when the manager starts, only delays it (container.WatchEvents).
 func (r *Reconciler) pumpContainerEvents(ctx context.Context) {
 	log := ctrl.LoggerFrom(ctx)
-	container.WatchEvents(ctx, r.Runtime, nil, nil, func(ev container.Event) {
+	r.Engines.Watch(ctx, func(ev container.Event) {
 		role := container.Role(ev.Labels[container.LabelRole])
 		ns, name := ev.Labels[container.LabelNamespace], ev.Labels[container.LabelMachine]
 		if !role.IsNode() || ns == "" || name == "" {

@@ -18,6 +18,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 	"github.com/capct/cluster-api-provider-container/internal/podnetwork"
@@ -83,7 +84,7 @@ func setup(ctx context.Context) error {
 	// Nodes without waiting for a cache.
 	workload := func(context.Context, client.ObjectKey) (client.Client, error) { return env.Client, nil }
 	gate := &hostcapacity.Gate{Runtime: runtime, Limits: hostLimits, Costs: nodeCosts, Clock: gateClock}
-	routes.PodNetwork = podnetwork.NewSyncer(runtime, mgr.GetClient(), nil)
+	routes.PodNetwork = podnetwork.NewSyncer(engines.Single(runtime), mgr.GetClient(), nil)
 	return capi.SetupProviderWith(ctx, mgr, runtime, clusterCache, workload,
 		capi.ProviderOptions{HostCapacity: gate, NodeIPAM: true, PodNetwork: routes})
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
@@ -86,12 +87,13 @@ type ProviderOptions struct {
 
 // SetupProviderWith is SetupProvider with optional parts.
 func SetupProviderWith(ctx context.Context, mgr ctrl.Manager, rt container.Runtime, clusterCache clustercache.ClusterCache, workload lifecycle.WorkloadClientFunc, opts ProviderOptions) error {
+	set := engines.Single(rt)
 	cc := &containercluster.Reconciler{
-		Client: mgr.GetClient(), Runtime: rt, OrphanGracePeriod: time.Nanosecond,
+		Client: mgr.GetClient(), Engines: set, OrphanGracePeriod: time.Nanosecond,
 		LoadBalancerStats: LoadBalancerStats(rt),
 	}
 	cm := &containermachine.Reconciler{
-		Client: mgr.GetClient(), Runtime: rt, ClusterCache: clusterCache, WorkloadClient: workload, MachinePools: true,
+		Client: mgr.GetClient(), Engines: set, ClusterCache: clusterCache, WorkloadClient: workload, MachinePools: true,
 		HostCapacity: opts.HostCapacity,
 	}
 	if opts.NodeIPAM {
@@ -99,7 +101,7 @@ func SetupProviderWith(ctx context.Context, mgr ctrl.Manager, rt container.Runti
 		cc.NodeIPAM = cm.NodeIPAM
 		cc.PodNetwork = opts.PodNetwork
 		if cc.PodNetwork == nil {
-			cc.PodNetwork = podnetwork.NewSyncer(rt, mgr.GetClient(), nil)
+			cc.PodNetwork = podnetwork.NewSyncer(set, mgr.GetClient(), nil)
 		}
 	}
 	if err := cc.SetupWithManager(ctx, mgr, Options()); err != nil {

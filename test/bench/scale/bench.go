@@ -29,6 +29,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/podnetwork"
@@ -205,20 +206,20 @@ func (b *bench) setupCAPCT(ctx context.Context, mgr ctrl.Manager) error {
 	opts := controller.Options{MaxConcurrentReconciles: 10}
 	ipam := nodeipam.NewRecorder(mgr.GetClient(), mgr.GetAPIReader())
 	if err := (&containercluster.Reconciler{
-		Client: mgr.GetClient(), Runtime: b.rt, NodeIPAM: ipam,
-		PodNetwork:        podnetwork.NewSyncer(b.rt, mgr.GetClient(), nil),
+		Client: mgr.GetClient(), Engines: engines.Single(b.rt), NodeIPAM: ipam,
+		PodNetwork:        podnetwork.NewSyncer(engines.Single(b.rt), mgr.GetClient(), nil),
 		LoadBalancerStats: capi.LoadBalancerStats(b.rt),
 	}).SetupWithManager(ctx, mgr, opts); err != nil {
 		return err
 	}
 	if err := (&containermachine.Reconciler{
-		Client: mgr.GetClient(), Runtime: b.rt, ClusterCache: cc, NodeIPAM: ipam, MachinePools: true,
+		Client: mgr.GetClient(), Engines: engines.Single(b.rt), ClusterCache: cc, NodeIPAM: ipam, MachinePools: true,
 		MaxConcurrentBootstraps: b.o.maxConcurrentBootstraps,
 	}).SetupWithManager(ctx, mgr, opts); err != nil {
 		return err
 	}
 	return (&expcontrollers.ContainerMachinePoolReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: b.rt,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engines: engines.Single(b.rt),
 	}).SetupWithManager(ctx, mgr, opts)
 }
 

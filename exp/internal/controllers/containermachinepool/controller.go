@@ -37,6 +37,7 @@ import (
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/clusters"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/ssa"
 )
@@ -78,8 +79,9 @@ type Reconciler struct {
 	// machines with it before creating or deleting any, so that a cache that
 	// has not yet seen its last writes never makes it create or delete twice.
 	APIReader client.Reader
-	// Runtime removes containers left behind when the pool is deleted.
-	Runtime container.Runtime
+	// Engines are where containers left behind when the pool is deleted
+	// are removed from.
+	Engines engines.Set
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
 	// WatchFilterValue limits the controller to objects with this
@@ -91,8 +93,8 @@ type Reconciler struct {
 
 // SetupWithManager wires the controller.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
-	if r.Client == nil || r.APIReader == nil || r.Runtime == nil {
-		return errors.New("ContainerMachinePool controller needs a Client, an APIReader and a Runtime")
+	if r.Client == nil || r.APIReader == nil || r.Engines == nil {
+		return errors.New("ContainerMachinePool controller needs a Client, an APIReader and Engines")
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
@@ -514,36 +516,27 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		// The ContainerMachine watch brings the pool back as they go.
 		return ctrl.Result{}, errors.Join(errs...)
 	}
-	owner, err := r.clusterOwner(ctx, s.cluster)
+	cc, err := clusters.ContainerCluster(ctx, r.Client, s.cluster)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if owner.Valid() {
-		leftovers, err := container.ListOwned(ctx, r.Runtime, owner,
+	// Without the ContainerCluster there is no owner to prove a container
+	// the pool's: the cluster's own deletion removes what is left.
+	if owner := naming.ClusterOwner(s.cluster, cc); cc != nil && owner.Valid() {
+		leftovers, err := engines.ListOwned(ctx, r.Engines, cc, owner,
 			map[string]string{container.LabelPool: format.MustFormatValue(s.machinePoolName)})
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("failed to list the containers of ContainerMachinePool %s: %w", klog.KObj(s.pool), err)
 		}
 		for _, c := range leftovers {
 			ctrl.LoggerFrom(ctx).Info("Deleting leftover container of the pool", "Container", c.Name)
-			if err := r.Runtime.Delete(ctx, c.Name, owner.ForMachine(c.Labels[container.LabelMachine])); err != nil && !container.IsNotFound(err) {
+			if err := c.Runtime.Delete(ctx, c.Name, owner.ForMachine(c.Labels[container.LabelMachine])); err != nil && !container.IsNotFound(err) {
 				return ctrl.Result{}, fmt.Errorf("failed to delete container %s of ContainerMachinePool %s: %w", c.Name, klog.KObj(s.pool), err)
 			}
 		}
 	}
 	controllerutil.RemoveFinalizer(s.pool, expinfrav1.MachinePoolFinalizer)
 	return ctrl.Result{}, nil
-}
-
-// clusterOwner is the owner of the containers of the pool's cluster, or an
-// invalid owner when the cluster or its ContainerCluster is gone (then the
-// cluster's own deletion removes what is left).
-func (r *Reconciler) clusterOwner(ctx context.Context, cluster *clusterv1.Cluster) (container.Owner, error) {
-	cc, err := clusters.ContainerCluster(ctx, r.Client, cluster)
-	if err != nil || cc == nil {
-		return container.Owner{}, err
-	}
-	return naming.ClusterOwner(cluster, cc), nil
 }
 
 // removeFinalizer releases a pool that is deleted before Cluster API ever

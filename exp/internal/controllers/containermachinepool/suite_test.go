@@ -34,6 +34,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 	"github.com/capct/cluster-api-provider-container/internal/test/capi"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
@@ -235,15 +236,15 @@ func startStack(t *testing.T) *stack {
 			return (&capicontrollers.MachinePoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: clusterCache}).SetupWithManager(ctx, mgr, options)
 		},
 		func() error {
-			return (&containercluster.Reconciler{Client: mgr.GetClient(), Runtime: rt, LoadBalancerStats: capi.LoadBalancerStats(rt)}).SetupWithManager(ctx, mgr, options)
+			return (&containercluster.Reconciler{Client: mgr.GetClient(), Engines: engines.Single(rt), LoadBalancerStats: capi.LoadBalancerStats(rt)}).SetupWithManager(ctx, mgr, options)
 		},
 		func() error {
 			// The envtest API server plays the workload cluster.
 			workload := func(context.Context, client.ObjectKey) (client.Client, error) { return env.Client, nil }
-			return (&containermachine.Reconciler{Client: mgr.GetClient(), Runtime: rt, ClusterCache: clusterCache, WorkloadClient: workload, MachinePools: true}).SetupWithManager(ctx, mgr, options)
+			return (&containermachine.Reconciler{Client: mgr.GetClient(), Engines: engines.Single(rt), ClusterCache: clusterCache, WorkloadClient: workload, MachinePools: true}).SetupWithManager(ctx, mgr, options)
 		},
 		func() error {
-			return (&containermachinepool.Reconciler{Client: s.writes.wrap(mgr.GetClient()), APIReader: mgr.GetAPIReader(), Runtime: rt}).SetupWithManager(ctx, mgr, options)
+			return (&containermachinepool.Reconciler{Client: s.writes.wrap(mgr.GetClient()), APIReader: mgr.GetAPIReader(), Engines: engines.Single(rt)}).SetupWithManager(ctx, mgr, options)
 		},
 	}
 	for _, setup := range setups {

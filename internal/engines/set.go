@@ -1,0 +1,88 @@
+package engines
+
+import (
+	"context"
+	"fmt"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+)
+
+// Local names the manager's own engine, the one its socket (DOCKER_HOST,
+// CONTAINER_HOST or the default) reaches: the engine of every cluster that
+// lists no engines.
+const Local = ""
+
+// Set is the container engines the reconcilers run machines on. Every path
+// that needs an engine asks the Set for it: Get for the engine a machine or
+// a cluster's network is on, ForCluster for every engine a cluster may have
+// containers on, so that nothing in the controllers assumes there is one.
+type Set interface {
+	// Get returns the runtime of the engine called name (Local for the
+	// manager's own).
+	Get(name string) (container.Runtime, error)
+	// ForCluster returns the names of the engines cc's containers may be
+	// on, its first engine first: the one that holds the cluster's network
+	// and load balancer.
+	ForCluster(cc *infrav1.ContainerCluster) []string
+	// Watch calls handle with the container events of every engine until
+	// ctx ends, and onError with each failure to read them; an engine that
+	// is away only delays its events (container.WatchEvents).
+	Watch(ctx context.Context, handle func(container.Event), onError func(error))
+}
+
+// FirstEngine returns the runtime of the engine that holds cc's network and
+// load balancer.
+func FirstEngine(set Set, cc *infrav1.ContainerCluster) (container.Runtime, error) {
+	return set.Get(set.ForCluster(cc)[0])
+}
+
+// Single returns the Set of one engine, the manager's own. It is all CAPCT
+// serves until machines are placed on several engines (docs/multihost.md,
+// section 8): a cluster that lists engines is refused before anything is
+// made for it, so no caller asks it for another.
+func Single(rt container.Runtime) Set { return single{rt: rt} }
+
+type single struct{ rt container.Runtime }
+
+func (s single) Get(name string) (container.Runtime, error) {
+	if name != Local {
+		return nil, fmt.Errorf("engine %q is not served: this manager runs machines on its own engine only", name)
+	}
+	return s.rt, nil
+}
+
+func (single) ForCluster(*infrav1.ContainerCluster) []string { return []string{Local} }
+
+func (s single) Watch(ctx context.Context, handle func(container.Event), onError func(error)) {
+	container.WatchEvents(ctx, s.rt, nil, nil, handle, onError)
+}
+
+// Owned is one of a cluster's containers and the engine it is on.
+type Owned struct {
+	container.Machine
+	// Engine names the engine, and Runtime is its runtime.
+	Engine  string
+	Runtime container.Runtime
+}
+
+// ListOwned lists owner's containers that also match extra on every engine
+// of cc (container.ListOwned on each), so that what a cluster left on any of
+// its engines is found.
+func ListOwned(ctx context.Context, set Set, cc *infrav1.ContainerCluster, owner container.Owner, extra map[string]string) ([]Owned, error) {
+	var owned []Owned
+	for _, engine := range set.ForCluster(cc) {
+		rt, err := set.Get(engine)
+		if err != nil {
+			return nil, err
+		}
+		containers, err := container.ListOwned(ctx, rt, owner, extra)
+		if err != nil {
+			return nil, fmt.Errorf("failed to list containers on engine %q: %w", engine, err)
+		}
+		for _, c := range containers {
+			owned = append(owned, Owned{Machine: c, Engine: engine, Runtime: rt})
+		}
+	}
+	return owned, nil
+}
