@@ -14,8 +14,9 @@ CONTROLLER_GEN_VERSION := v0.20.1
 CONTROLLER_GEN := $(CAPCT_CACHE)/bin/controller-gen-$(CONTROLLER_GEN_VERSION)
 
 # Packages whose tests run in `go test`; the node image tests have their own
-# target because they build images first.
-GO_TEST_PACKAGES = $(shell go list ./... | grep -v /test/nodeimage)
+# target because they build images first, and the multihost ones because
+# they need a second engine (test-multihost).
+GO_TEST_PACKAGES = $(shell go list ./... | grep -v -e /test/nodeimage -e /test/multihost)
 GO_TEST_TIMEOUT ?= 30m
 # The race detector runs under every Go test: a data race in a controller is
 # a real bug. It needs cgo (hack/ensure-cgo.sh).
@@ -59,7 +60,7 @@ verify: generate ## Fail when generated files are stale, code is not gofmt'd, or
 ## Test
 
 .PHONY: test
-test: ## Run every test: unit, envtest, Docker, fuzz, the node images, the whole quickstart, an engine restart, a scale-out on real nodes, Cluster API's QuickStart and MachinePool e2e specs, and a cluster on Podman (sets up Docker, Podman and envtest itself)
+test: ## Run every test: unit, envtest, Docker, fuzz, the node images, the whole quickstart, an engine restart, a scale-out on real nodes, Cluster API's QuickStart and MachinePool e2e specs, a cluster on Podman, and a second engine over TCP+TLS (sets up Docker, Podman and envtest itself)
 	$(MAKE) verify
 	$(MAKE) test-go
 	$(MAKE) test-fuzz
@@ -69,6 +70,7 @@ test: ## Run every test: unit, envtest, Docker, fuzz, the node images, the whole
 	$(MAKE) test-scale-out
 	$(MAKE) test-e2e-subset
 	$(MAKE) test-podman
+	$(MAKE) test-multihost
 
 .PHONY: test-go
 test-go: ## Run the Go tests, with the race detector, against a real API server and Docker engine

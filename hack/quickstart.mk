@@ -55,6 +55,14 @@ test-podman: ## Podman as the engine: the runtime behaviour suite against rootfu
 	CAPCT_ENGINE=podman QUICKSTART_VERSION=$(QUICKSTART_VERSION) QUICKSTART_WORKERS=1 MGMT_NAME=capct-pmtest QUICKSTART_CLUSTER=pmtest \
 		QUICKSTART_OUT=$(CURDIR)/out/podman-test hack/quickstart/quickstart.sh smoke
 
+.PHONY: test-multihost
+test-multihost: ## A second engine in a network namespace of its own, reached only over TCP+TLS: the runtime behaviour suite through engines.Connect; the engine removed after (docs/multihost.md)
+	hack/ensure-docker.sh
+	hack/multihost/engine.sh up
+	set -a; . out/multihost/engine.env; set +a; \
+		go test -count=1 ./test/multihost/; rc=$$?; \
+		hack/multihost/engine.sh down; exit $$rc
+
 .PHONY: test-restart
 test-restart: ## A real cluster survives an engine restart: stops and starts dockerd (run it alone), asserts addresses, ports, Nodes, pods, traffic
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-rstest QUICKSTART_CLUSTER=rstest \

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# A second container engine on this machine, for the multi-engine tests
+# (docs/multihost.md, section 7): dockerd in a network namespace of its own,
+# joined to the host by a veth pair, reached only over TCP with TLS both
+# ways, as a remote host's engine is. It touches only what it made.
+#
+#   engine.sh up     namespace, link, certificates, engine 2; writes
+#                    out/multihost/engine.env (MH_ENDPOINT, MH_PKI,
+#                    MH_DATA_ROOT)
+#   engine.sh down   stops engine 2 and removes everything up made;
+#                    idempotent, and run by up itself when up fails
+#
+# Engine 2 shares the host's kernel and mounts; its own are its data and
+# exec roots, its socket, its namespace's interfaces and iptables, and its
+# cgroup parent. Swarm membership (for overlay networks) comes with step 5.
+set -euo pipefail
+
+log_name=multihost-engine
+# shellcheck source=hack/lib.sh
+source "$(dirname "$0")/../lib.sh"
+# shellcheck source=hack/engine-host.sh
+source "$CAPCT_ROOT/hack/engine-host.sh"
+trap 'fail $?' ERR
+
+netns=capct-mh
+host_if=capct-mh0
+ns_if=capct-mh1
+# A /30 that no interface or route of this machine holds (checked below):
+# the host's end is its first address, engine 2's the second.
+link_cidr=${MH_LINK_CIDR:-10.254.0.0/30}
+data_root=/var/lib/capct-mh
+exec_root=/run/capct-mh
+socket=$exec_root/docker.sock
+pidfile=$exec_root/docker.pid
+daemon_log=/var/log/capct-mh-dockerd.log
+out=${MH_OUT:-$CAPCT_ROOT/out/multihost}
+pki=$out/pki
+port=2376
+
+base=${link_cidr%/*}
+host_addr=${base%.*}.$((${base##*.} + 1))
+ns_addr=${base%.*}.$((${base##*.} + 2))
+endpoint=tcp://$ns_addr:$port
+
+engine2() { docker -H "unix://$socket" "$@"; }
+
+# free_link: dies when an address or route of the link's /30 is held by
+# anything but this script's interface.
+free_link() {
+  local held
+  held=$( { ip -4 -o addr show; ip -4 route show; } | grep -F " ${base%.*}." | grep -v "$host_if" || true)
+  [[ -z "$held" ]] || die "$link_cidr overlaps what this machine holds (set MH_LINK_CIDR): $held"
+}
+
+make_pki() {
+  # Kept while its server certificate names engine 2's address.
+  if [[ -s $pki/client.key ]] && openssl x509 -in "$pki/server.crt" -noout -ext subjectAltName 2>/dev/null | grep -qw "IP Address:$ns_addr"; then
+    return 0
+  fi
+  rm -rf "$pki"
+  mkdir -p "$pki"
+  (
+    cd "$pki"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj "/CN=capct multihost CA" \
+      -keyout ca.key -out ca.crt 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=engine-2" -keyout server.key -out server.csr 2>/dev/null
+    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 -out server.crt \
+      -extfile <(printf 'subjectAltName=IP:%s\nextendedKeyUsage=serverAuth\n' "$ns_addr") 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=capct-manager" -keyout client.key -out client.csr 2>/dev/null
+    openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 -out client.crt \
+      -extfile <(printf 'extendedKeyUsage=clientAuth\n') 2>/dev/null
+    rm -f ./*.csr ca.srl
+    chmod 0600 ./*.key
+  )
+}
+
+up() {
+  if ! command -v openssl >/dev/null 2>&1; then
+    log "Installing Debian's openssl, for engine 2's certificates"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+  fi
+  step "link"
+  if [[ ! -e /run/netns/$netns ]]; then
+    free_link
+    ip netns add "$netns"
+  fi
+  if ! ip link show "$host_if" >/dev/null 2>&1; then
+    ip link add "$host_if" type veth peer name "$ns_if"
+    ip link set "$ns_if" netns "$netns"
+    ip addr add "$host_addr/30" dev "$host_if"
+    ip -n "$netns" addr add "$ns_addr/30" dev "$ns_if"
+    ip link set "$host_if" up
+    ip -n "$netns" link set "$ns_if" up
+    ip -n "$netns" link set lo up
+  fi
+
+  step "certificates"
+  make_pki
+
+  step "engine 2"
+  if ! engine2 info >/dev/null 2>&1; then
+    mkdir -p "$exec_root" "$data_root"
+    # Its own configuration file: dockerd reads /etc/docker/daemon.json
+    # otherwise, whose settings are engine 1's.
+    local config='{}'
+    if lacks_cap_sys_resource; then
+      install_runc_wrapper
+      config='{"runtimes": {"capct-runc": {"path": "/usr/local/bin/capct-runc"}}, "default-runtime": "capct-runc"}'
+    fi
+    echo "$config" >"$exec_root/daemon.json"
+    # nsenter, not ip netns exec: the latter remounts /sys, and dockerd
+    # then finds no cgroups (issue #21).
+    start_detached "$daemon_log" nsenter --net="/run/netns/$netns" dockerd \
+      --config-file "$exec_root/daemon.json" --data-root "$data_root" --exec-root "$exec_root/exec" \
+      --pidfile "$pidfile" --cgroup-parent capct-mh -H "unix://$socket" -H "$endpoint" \
+      --tlsverify --tlscacert "$pki/ca.crt" --tlscert "$pki/server.crt" --tlskey "$pki/server.key"
+    for _ in $(seq 1 60); do
+      engine2 info >/dev/null 2>&1 && break
+      sleep 0.5
+    done
+    if ! engine2 info >/dev/null 2>&1; then
+      tail -n 20 "$daemon_log" >&2
+      die "engine 2 did not answer on $socket within 30s (log: $daemon_log)"
+    fi
+  fi
+  printf 'MH_ENDPOINT=%s\nMH_PKI=%s\nMH_DATA_ROOT=%s\n' "$endpoint" "$pki" "$data_root" >"$out/engine.env"
+  log "engine 2 (Docker $(engine2 version --format '{{.Server.Version}}')) answers on $endpoint with TLS; $out/engine.env"
+  finish
+}
+
+down() {
+  step "down"
+  if [[ -s $pidfile ]]; then
+    local pid
+    pid=$(<"$pidfile")
+    if kill "$pid" 2>/dev/null; then
+      for _ in $(seq 1 60); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.5
+      done
+      if kill -0 "$pid" 2>/dev/null; then
+        log "engine 2 (pid $pid) did not stop within 30s; killing it"
+        kill -9 "$pid" 2>/dev/null || true
+      fi
+    fi
+  fi
+  # What a killed engine left mounted under its roots.
+  awk -v d="$data_root" -v e="$exec_root" 'index($2, d) == 1 || index($2, e) == 1 {print $2}' /proc/self/mounts |
+    sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  rm -rf "$data_root" "$exec_root"
+  # The cgroup parent dockerd made in each hierarchy; rmdir removes only
+  # an empty one.
+  find /sys/fs/cgroup -maxdepth 2 -type d -name capct-mh -exec rmdir {} + 2>/dev/null || true
+  if [[ -e /run/netns/$netns ]]; then
+    ip netns del "$netns"
+  fi
+  # The host's end goes with its peer's namespace; a half-made link may not.
+  ip link del "$host_if" 2>/dev/null || true
+  rm -f "$out/engine.env"
+  finish
+}
+
+on_failure() { [[ ${cmd:-} != up ]] || down; }
+
+cmd=${1:-}
+[[ $EUID -eq 0 ]] || die "engine.sh needs root (network namespaces, dockerd)"
+case "$cmd" in
+up) up ;;
+down) down ;;
+*) die "usage: engine.sh up|down" ;;
+esac
