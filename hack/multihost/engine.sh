@@ -4,15 +4,20 @@
 # joined to the host by a veth pair, reached only over TCP with TLS both
 # ways, as a remote host's engine is. It touches only what it made.
 #
-#   engine.sh up     namespace, link, certificates, engine 2; writes
-#                    out/multihost/engine.env (MH_ENDPOINT, MH_PKI,
-#                    MH_DATA_ROOT)
+#   engine.sh up     namespace, link, certificates, engine 2, and both
+#                    engines in one swarm; writes out/multihost/engine.env
+#                    (MH_ENDPOINT, MH_PKI, MH_DATA_ROOT, MH_OVERLAY_CIDR)
 #   engine.sh down   stops engine 2 and removes everything up made;
 #                    idempotent, and run by up itself when up fails
 #
 # Engine 2 shares the host's kernel and mounts; its own are its data and
 # exec roots, its socket, its namespace's interfaces and iptables, and its
-# cgroup parent. Swarm membership (for overlay networks) comes with step 5.
+# cgroup parent. The swarm carries attachable overlay networks between the
+# two engines over the link. The host's engine is put in a swarm only when
+# it is in none, and leaves it in down only then (recorded in
+# $out/swarm-made), so a swarm this script did not make is never left; a
+# host engine already in a swarm is refused, since engine 2 could not join
+# a swarm the script knows nothing of.
 set -euo pipefail
 
 log_name=multihost-engine
@@ -36,6 +41,11 @@ daemon_log=/var/log/capct-mh-dockerd.log
 out=${MH_OUT:-$CAPCT_ROOT/out/multihost}
 pki=$out/pki
 port=2376
+swarm_made=$out/swarm-made
+# Where the swarm takes its overlay networks' subnets from (Docker's default
+# is 10.0.0.0/8), and the subnet, outside it, of the tests' overlay network.
+addr_pool=${MH_ADDR_POOL:-10.254.64.0/18}
+overlay_cidr=${MH_OVERLAY_CIDR:-10.254.128.0/24}
 
 base=${link_cidr%/*}
 host_addr=${base%.*}.$((${base##*.} + 1))
@@ -123,13 +133,38 @@ up() {
       die "engine 2 did not answer on $socket within 30s (log: $daemon_log)"
     fi
   fi
-  printf 'MH_ENDPOINT=%s\nMH_PKI=%s\nMH_DATA_ROOT=%s\n' "$endpoint" "$pki" "$data_root" >"$out/engine.env"
+
+  step "swarm"
+  local state
+  state=$(docker info --format '{{.Swarm.LocalNodeState}}')
+  if [[ $state == inactive ]]; then
+    docker swarm init --advertise-addr "$host_addr" --listen-addr "$host_addr:2377" \
+      --default-addr-pool "$addr_pool" --default-addr-pool-mask-length 24 >/dev/null
+    touch "$swarm_made"
+  elif [[ ! -e $swarm_made ]]; then
+    die "the host's engine is already in a swarm (state $state) that engine.sh did not make; leave it first"
+  fi
+  if [[ $(engine2 info --format '{{.Swarm.LocalNodeState}}') == inactive ]]; then
+    engine2 swarm join --token "$(docker swarm join-token -q worker)" \
+      --advertise-addr "$ns_addr" --listen-addr "$ns_addr:2377" "$host_addr:2377" >/dev/null
+  fi
+  printf 'MH_ENDPOINT=%s\nMH_PKI=%s\nMH_DATA_ROOT=%s\nMH_OVERLAY_CIDR=%s\n' "$endpoint" "$pki" "$data_root" "$overlay_cidr" >"$out/engine.env"
   log "engine 2 (Docker $(engine2 version --format '{{.Server.Version}}')) answers on $endpoint with TLS; $out/engine.env"
   finish
 }
 
 down() {
   step "down"
+  if engine2 info >/dev/null 2>&1; then
+    engine2 swarm leave --force >/dev/null 2>&1 || true
+  fi
+  if [[ -e $swarm_made ]]; then
+    # Only the swarm up made, and with it the bridge swarm mode added to the
+    # host's engine; a bridge some container still uses stays.
+    docker swarm leave --force >/dev/null 2>&1 || true
+    docker network rm docker_gwbridge >/dev/null 2>&1 || true
+    rm -f "$swarm_made"
+  fi
   if [[ -s $pidfile ]]; then
     local pid
     pid=$(<"$pidfile")
