@@ -23,7 +23,8 @@ type Set interface {
 	Get(name string) (container.Runtime, error)
 	// ForCluster returns the names of the engines cc's containers may be
 	// on, its first engine first: the one that holds the cluster's network
-	// and load balancer.
+	// and load balancer. It never returns an empty list, and cc may be nil
+	// (a machine whose ContainerCluster is gone is still deleted).
 	ForCluster(cc *infrav1.ContainerCluster) []string
 	// Watch calls handle with the container events of every engine until
 	// ctx ends, and onError with each failure to read them; an engine that
