@@ -141,7 +141,7 @@ type ContainerEngineReconciler struct {
 func (r *ContainerEngineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	return (&containerengine.Reconciler{
 		Client:           r.Client,
-		Engines:          engines.NewRegistry(r.APIReader, r.Namespace, r.CallTimeout),
+		Engines:          engines.NewRegistry(r.APIReader, r.Namespace, r.CallTimeout, r.Clock),
 		Clock:            r.Clock,
 		WatchFilterValue: r.WatchFilterValue,
 	}).SetupWithManager(ctx, mgr, options)

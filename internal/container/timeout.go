@@ -34,20 +34,35 @@ func WithCallTimeout(rt Runtime, d time.Duration) Runtime {
 	return &boundedRuntime{rt: rt, bound: d}
 }
 
+// WithGatedCallTimeout is WithCallTimeout with gate in front of every call
+// but Events: while the engine is known to be unreachable, calls fail at
+// once (UnreachableGate). It is how remote engines are wrapped.
+func WithGatedCallTimeout(rt Runtime, d time.Duration, gate *UnreachableGate) Runtime {
+	return &boundedRuntime{rt: rt, bound: d, gate: gate}
+}
+
 type boundedRuntime struct {
 	rt    Runtime
 	bound time.Duration
+	// gate, when set, fails calls at once while the engine is unreachable.
+	gate *UnreachableGate
 }
 
 var _ Runtime = (*boundedRuntime)(nil)
 
-// call runs fn under a context bounded by d and reclassifies its error when
-// the bound, not the caller's context, ended it.
-func call[T any](ctx context.Context, d time.Duration, fn func(context.Context) (T, error)) (T, error) {
+// call runs fn, when gate admits it, under a context bounded by d, and
+// reclassifies its error when the bound, not the caller's context, ended it.
+func call[T any](ctx context.Context, gate *UnreachableGate, d time.Duration, fn func(context.Context) (T, error)) (T, error) {
+	if err := gate.admit(); err != nil {
+		var zero T
+		return zero, err
+	}
 	bctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	v, err := fn(bctx)
-	return v, unanswered(ctx, bctx, d, err)
+	err = unanswered(ctx, bctx, d, err)
+	gate.observe(ctx, err)
+	return v, err
 }
 
 // unanswered turns an error caused by the bound's deadline into an
@@ -70,78 +85,89 @@ func noValue(fn func(context.Context) error) func(context.Context) (struct{}, er
 }
 
 func (b *boundedRuntime) EnsureNetwork(ctx context.Context, spec NetworkSpec) (Network, error) {
-	return call(ctx, b.bound, func(ctx context.Context) (Network, error) { return b.rt.EnsureNetwork(ctx, spec) })
+	return call(ctx, b.gate, b.bound, func(ctx context.Context) (Network, error) { return b.rt.EnsureNetwork(ctx, spec) })
 }
 
 func (b *boundedRuntime) InspectNetwork(ctx context.Context, name string) (Network, error) {
-	return call(ctx, b.bound, func(ctx context.Context) (Network, error) { return b.rt.InspectNetwork(ctx, name) })
+	return call(ctx, b.gate, b.bound, func(ctx context.Context) (Network, error) { return b.rt.InspectNetwork(ctx, name) })
 }
 
 func (b *boundedRuntime) DeleteNetwork(ctx context.Context, name string, owner Owner) error {
-	_, err := call(ctx, b.bound, noValue(func(ctx context.Context) error { return b.rt.DeleteNetwork(ctx, name, owner) }))
+	_, err := call(ctx, b.gate, b.bound, noValue(func(ctx context.Context) error { return b.rt.DeleteNetwork(ctx, name, owner) }))
 	return err
 }
 
 func (b *boundedRuntime) CreateMachine(ctx context.Context, spec MachineSpec) (*Machine, error) {
-	return call(ctx, b.bound, func(ctx context.Context) (*Machine, error) { return b.rt.CreateMachine(ctx, spec) })
+	return call(ctx, b.gate, b.bound, func(ctx context.Context) (*Machine, error) { return b.rt.CreateMachine(ctx, spec) })
 }
 
 func (b *boundedRuntime) Start(ctx context.Context, name string, owner Owner) error {
-	_, err := call(ctx, b.bound, noValue(func(ctx context.Context) error { return b.rt.Start(ctx, name, owner) }))
+	_, err := call(ctx, b.gate, b.bound, noValue(func(ctx context.Context) error { return b.rt.Start(ctx, name, owner) }))
 	return err
 }
 
 func (b *boundedRuntime) Delete(ctx context.Context, name string, owner Owner) error {
-	_, err := call(ctx, b.bound, noValue(func(ctx context.Context) error { return b.rt.Delete(ctx, name, owner) }))
+	_, err := call(ctx, b.gate, b.bound, noValue(func(ctx context.Context) error { return b.rt.Delete(ctx, name, owner) }))
 	return err
 }
 
 func (b *boundedRuntime) Signal(ctx context.Context, name string, owner Owner, signal string) error {
-	_, err := call(ctx, b.bound, noValue(func(ctx context.Context) error { return b.rt.Signal(ctx, name, owner, signal) }))
+	_, err := call(ctx, b.gate, b.bound, noValue(func(ctx context.Context) error { return b.rt.Signal(ctx, name, owner, signal) }))
 	return err
 }
 
 func (b *boundedRuntime) Inspect(ctx context.Context, name string) (*Machine, error) {
-	return call(ctx, b.bound, func(ctx context.Context) (*Machine, error) { return b.rt.Inspect(ctx, name) })
+	return call(ctx, b.gate, b.bound, func(ctx context.Context) (*Machine, error) { return b.rt.Inspect(ctx, name) })
 }
 
 func (b *boundedRuntime) List(ctx context.Context, labelSelector map[string]string) ([]Machine, error) {
-	return call(ctx, b.bound, func(ctx context.Context) ([]Machine, error) { return b.rt.List(ctx, labelSelector) })
+	return call(ctx, b.gate, b.bound, func(ctx context.Context) ([]Machine, error) { return b.rt.List(ctx, labelSelector) })
 }
 
 func (b *boundedRuntime) Exec(ctx context.Context, name string, owner Owner, in ExecInput) (ExecResult, error) {
 	if _, hasDeadline := ctx.Deadline(); in.Timeout <= 0 && hasDeadline {
-		return b.rt.Exec(ctx, name, owner, in)
+		if err := b.gate.admit(); err != nil {
+			return ExecResult{}, err
+		}
+		res, err := b.rt.Exec(ctx, name, owner, in)
+		b.gate.observe(ctx, err)
+		return res, err
 	}
-	return call(ctx, max(in.Timeout, b.bound), func(ctx context.Context) (ExecResult, error) { return b.rt.Exec(ctx, name, owner, in) })
+	return call(ctx, b.gate, max(in.Timeout, b.bound), func(ctx context.Context) (ExecResult, error) { return b.rt.Exec(ctx, name, owner, in) })
 }
 
 func (b *boundedRuntime) WriteFile(ctx context.Context, name string, owner Owner, path string, content []byte, mode os.FileMode) error {
-	_, err := call(ctx, b.bound, noValue(func(ctx context.Context) error { return b.rt.WriteFile(ctx, name, owner, path, content, mode) }))
+	_, err := call(ctx, b.gate, b.bound, noValue(func(ctx context.Context) error { return b.rt.WriteFile(ctx, name, owner, path, content, mode) }))
 	return err
 }
 
 func (b *boundedRuntime) ReadFile(ctx context.Context, name, path string) ([]byte, error) {
-	return call(ctx, b.bound, func(ctx context.Context) ([]byte, error) { return b.rt.ReadFile(ctx, name, path) })
+	return call(ctx, b.gate, b.bound, func(ctx context.Context) ([]byte, error) { return b.rt.ReadFile(ctx, name, path) })
 }
 
 func (b *boundedRuntime) Info(ctx context.Context) (EngineInfo, error) {
-	return call(ctx, b.bound, b.rt.Info)
+	return call(ctx, b.gate, b.bound, b.rt.Info)
 }
 
 func (b *boundedRuntime) ImageExists(ctx context.Context, ref string) (bool, error) {
-	return call(ctx, b.bound, func(ctx context.Context) (bool, error) { return b.rt.ImageExists(ctx, ref) })
+	return call(ctx, b.gate, b.bound, func(ctx context.Context) (bool, error) { return b.rt.ImageExists(ctx, ref) })
 }
 
 // SaveImages keeps its bound until the archive is closed: the engine
 // streams the archive after the call returns.
 func (b *boundedRuntime) SaveImages(ctx context.Context, refs []string) (io.ReadCloser, error) {
+	if err := b.gate.admit(); err != nil {
+		return nil, err
+	}
 	bctx, cancel := context.WithTimeout(ctx, ImageTransferTimeout)
 	rc, err := b.rt.SaveImages(bctx, refs)
 	if err != nil {
 		defer cancel()
-		return nil, unanswered(ctx, bctx, ImageTransferTimeout, err)
+		err = unanswered(ctx, bctx, ImageTransferTimeout, err)
+		b.gate.observe(ctx, err)
+		return nil, err
 	}
+	b.gate.observe(ctx, nil)
 	return &cancelOnClose{ReadCloser: rc, cancel: cancel}, nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
@@ -19,13 +20,17 @@ import (
 // its Secret and made anew when either changes, so that an engine's
 // connection (an SSH connection, a TLS session) is shared by every caller
 // and opened once. Every runtime it hands out is bounded by the call
-// timeout, as the manager's own engine is.
+// timeout, as the manager's own engine is, and gated: once a call finds the
+// engine unreachable, calls fail at once and one per ProbeInterval goes
+// through (container.UnreachableGate), so a remote host that is gone does
+// not hold the reconcile workers for the timeout on every call.
 type Registry struct {
 	// reader reads engines' Secrets uncached: the manager caches only
 	// clusters' Secrets, and engines' live in its own namespace.
 	reader    client.Reader
 	namespace string
 	timeout   time.Duration
+	clock     clock.PassiveClock
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -39,10 +44,18 @@ type entry struct {
 	runtime       container.Runtime
 }
 
+// ProbeInterval is how often a call goes through to an engine found
+// unreachable, to learn whether it is back.
+const ProbeInterval = 5 * time.Second
+
 // NewRegistry returns a Registry that reads engines' Secrets from namespace
-// (the manager's) through reader, and bounds every call by timeout.
-func NewRegistry(reader client.Reader, namespace string, timeout time.Duration) *Registry {
-	return &Registry{reader: reader, namespace: namespace, timeout: timeout, entries: map[string]*entry{}}
+// (the manager's) through reader, bounds every call by timeout, and times
+// the unreachable gates by clk (nil: the real clock).
+func NewRegistry(reader client.Reader, namespace string, timeout time.Duration, clk clock.PassiveClock) *Registry {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Registry{reader: reader, namespace: namespace, timeout: timeout, clock: clk, entries: map[string]*entry{}}
 }
 
 // Ensure returns the runtime of engine. It is made anew when the engine's
@@ -65,7 +78,7 @@ func (r *Registry) Ensure(ctx context.Context, engine *infrav1.ContainerEngine) 
 	if err != nil {
 		return nil, err
 	}
-	e := &entry{generation: engine.Generation, secretVersion: version, client: c, runtime: container.WithCallTimeout(c, r.timeout)}
+	e := &entry{generation: engine.Generation, secretVersion: version, client: c, runtime: container.WithGatedCallTimeout(c, r.timeout, container.NewUnreachableGate(r.clock, ProbeInterval))}
 	r.entries[engine.Name] = e
 	return e.runtime, nil
 }
