@@ -138,7 +138,12 @@ func Connect(engine *infrav1.ContainerEngine, secret map[string][]byte, opts ...
 	default:
 		return nil, fmt.Errorf("the endpoint scheme %q of ContainerEngine %s is not one CAPCT speaks", u.Scheme, engine.Name)
 	}
-	c.Runtime, err = docker.NewEngine(kind, append(slices.Clone(opts), docker.WithClientOpts(clientOpts...))...)
+	engineOpts := append(slices.Clone(opts), docker.WithClientOpts(clientOpts...))
+	if u.Scheme != "unix" {
+		// Over tcp:// and ssh:// the engine's host is not the manager's.
+		engineOpts = append(engineOpts, docker.WithRemoteHost())
+	}
+	c.Runtime, err = docker.NewEngine(kind, engineOpts...)
 	if err != nil {
 		if c.tunnel != nil {
 			_ = c.tunnel.Close()

@@ -55,6 +55,7 @@ type options struct {
 	clientOpts []client.Opt
 	clock      clock.WithTicker
 	podman     bool
+	remoteHost bool
 }
 
 // WithClientOpts adds Docker client options after client.FromEnv (e.g.
@@ -62,6 +63,13 @@ type options struct {
 func WithClientOpts(opts ...client.Opt) Option {
 	return func(o *options) { o.clientOpts = append(o.clientOpts, opts...) }
 }
+
+// WithRemoteHost says the engine runs on another host than the manager, so
+// that the manager's own files say nothing of the engine's host: a node
+// container there always gets the host's /lib/modules (read-only), as kind
+// gives it, since every Linux host Docker runs on has one and the API
+// cannot look.
+func WithRemoteHost() Option { return func(o *options) { o.remoteHost = true } }
 
 // WithClock sets the clock used for event-stream backoff.
 func WithClock(c clock.WithTicker) Option { return func(o *options) { o.clock = c } }
@@ -80,10 +88,14 @@ func New(opts ...Option) (*Runtime, error) {
 	if err != nil {
 		return nil, container.NewError("create", "docker client", "", container.KindInvalid, err)
 	}
-	return &Runtime{cli: cli, clock: o.clock, podman: o.podman, statHost: func(p string) bool {
+	statHost := func(p string) bool {
 		_, err := os.Stat(p)
 		return err == nil
-	}}, nil
+	}
+	if o.remoteHost {
+		statHost = func(string) bool { return true }
+	}
+	return &Runtime{cli: cli, clock: o.clock, podman: o.podman, statHost: statHost}, nil
 }
 
 // Client returns the underlying Docker client (for tests and benchmarks).
