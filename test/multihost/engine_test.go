@@ -17,6 +17,19 @@ import (
 // ContainerEngine: from its endpoint and a Secret of PEMs.
 func engine2(t *testing.T) *engines.Client {
 	t.Helper()
+	engine, secret := engine2Spec(t)
+	c, err := engines.Connect(engine, secret)
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// engine2Spec is the ContainerEngine of engine.sh's engine and its Secret's
+// data, the certificates engine.sh made.
+func engine2Spec(t *testing.T) (*infrav1.ContainerEngine, map[string][]byte) {
+	t.Helper()
 	endpoint, pki := os.Getenv("MH_ENDPOINT"), os.Getenv("MH_PKI")
 	if endpoint == "" || pki == "" {
 		t.Fatal("MH_ENDPOINT and MH_PKI are unset: run these tests through make test-multihost, which starts engine 2")
@@ -33,12 +46,7 @@ func engine2(t *testing.T) *engines.Client {
 		Type: infrav1.DockerEngine, Endpoint: endpoint,
 		TLS: &infrav1.EngineTLS{SecretRef: infrav1.LocalObjectReference{Name: "engine-2-tls"}},
 	}}
-	c, err := engines.Connect(engine, secret)
-	if err != nil {
-		t.Fatalf("Connect: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return engine, secret
 }
 
 // TestSuiteOnEngine2 runs the runtime behaviour suite against a dockerd in
