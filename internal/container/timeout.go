@@ -50,19 +50,27 @@ type boundedRuntime struct {
 
 var _ Runtime = (*boundedRuntime)(nil)
 
-// call runs fn, when gate admits it, under a context bounded by d, and
-// reclassifies its error when the bound, not the caller's context, ended it.
-func call[T any](ctx context.Context, gate *UnreachableGate, d time.Duration, fn func(context.Context) (T, error)) (T, error) {
+// gated runs fn when gate admits it and records what fn found of the
+// engine; a nil gate admits every call.
+func gated[T any](ctx context.Context, gate *UnreachableGate, fn func() (T, error)) (T, error) {
 	if err := gate.admit(); err != nil {
 		var zero T
 		return zero, err
 	}
-	bctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	v, err := fn(bctx)
-	err = unanswered(ctx, bctx, d, err)
+	v, err := fn()
 	gate.observe(ctx, err)
 	return v, err
+}
+
+// call runs fn, when gate admits it, under a context bounded by d, and
+// reclassifies its error when the bound, not the caller's context, ended it.
+func call[T any](ctx context.Context, gate *UnreachableGate, d time.Duration, fn func(context.Context) (T, error)) (T, error) {
+	return gated(ctx, gate, func() (T, error) {
+		bctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		v, err := fn(bctx)
+		return v, unanswered(ctx, bctx, d, err)
+	})
 }
 
 // unanswered turns an error caused by the bound's deadline into an
@@ -126,12 +134,7 @@ func (b *boundedRuntime) List(ctx context.Context, labelSelector map[string]stri
 
 func (b *boundedRuntime) Exec(ctx context.Context, name string, owner Owner, in ExecInput) (ExecResult, error) {
 	if _, hasDeadline := ctx.Deadline(); in.Timeout <= 0 && hasDeadline {
-		if err := b.gate.admit(); err != nil {
-			return ExecResult{}, err
-		}
-		res, err := b.rt.Exec(ctx, name, owner, in)
-		b.gate.observe(ctx, err)
-		return res, err
+		return gated(ctx, b.gate, func() (ExecResult, error) { return b.rt.Exec(ctx, name, owner, in) })
 	}
 	return call(ctx, b.gate, max(in.Timeout, b.bound), func(ctx context.Context) (ExecResult, error) { return b.rt.Exec(ctx, name, owner, in) })
 }
@@ -156,19 +159,15 @@ func (b *boundedRuntime) ImageExists(ctx context.Context, ref string) (bool, err
 // SaveImages keeps its bound until the archive is closed: the engine
 // streams the archive after the call returns.
 func (b *boundedRuntime) SaveImages(ctx context.Context, refs []string) (io.ReadCloser, error) {
-	if err := b.gate.admit(); err != nil {
-		return nil, err
-	}
-	bctx, cancel := context.WithTimeout(ctx, ImageTransferTimeout)
-	rc, err := b.rt.SaveImages(bctx, refs)
-	if err != nil {
-		defer cancel()
-		err = unanswered(ctx, bctx, ImageTransferTimeout, err)
-		b.gate.observe(ctx, err)
-		return nil, err
-	}
-	b.gate.observe(ctx, nil)
-	return &cancelOnClose{ReadCloser: rc, cancel: cancel}, nil
+	return gated(ctx, b.gate, func() (io.ReadCloser, error) {
+		bctx, cancel := context.WithTimeout(ctx, ImageTransferTimeout)
+		rc, err := b.rt.SaveImages(bctx, refs)
+		if err != nil {
+			defer cancel()
+			return nil, unanswered(ctx, bctx, ImageTransferTimeout, err)
+		}
+		return &cancelOnClose{ReadCloser: rc, cancel: cancel}, nil
+	})
 }
 
 // Events is not bounded: it streams for as long as ctx lives.

@@ -80,9 +80,9 @@ func (e *InvalidCredentialsError) Unwrap() error { return e.Err }
 //
 // No secret is written to disk: the TLS material and the SSH key stay in
 // memory (known_hosts, public keys only, passes through a temporary file;
-// see hostKeyCheck). An endpoint's engine is reached only through what its spec says,
-// never through the manager's environment (DOCKER_CERT_PATH and the like),
-// which configures the manager's own engine, "".
+// see hostKeyCheck). An endpoint's engine is reached only through what its
+// spec says, never through the manager's environment (DOCKER_CERT_PATH and
+// the like), which configures the manager's own engine, "".
 func Connect(engine *infrav1.ContainerEngine, secret map[string][]byte, opts ...docker.Option) (*Client, error) {
 	kind := container.EngineDocker
 	if engine.Spec.Type == infrav1.PodmanEngine {

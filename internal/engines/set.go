@@ -75,7 +75,7 @@ func ListOwned(ctx context.Context, set Set, cc *infrav1.ContainerCluster, owner
 	for _, engine := range set.ForCluster(cc) {
 		rt, err := set.Get(engine)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("failed to reach engine %q: %w", engine, err)
 		}
 		containers, err := container.ListOwned(ctx, rt, owner, extra)
 		if err != nil {
