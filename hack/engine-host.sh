@@ -103,6 +103,11 @@ start_detached() {
       fd=${fd##*/}
       if (( fd > 2 )); then eval "exec ${fd}>&-" 2>/dev/null || true; fi
     done
+    # From /, not the caller's directory: a daemon whose working directory
+    # is removed (a clone deleted and made again) runs on, but Podman's
+    # conmon then fails every container start ("Failed to get working
+    # directory"), seen when a second CI run reused a deleted clone's path.
+    cd /
     exec setsid nohup "$@" </dev/null >>"$log_file" 2>&1
   ) &
 }
