@@ -38,7 +38,6 @@ import (
 	expcontrollers "github.com/capct/cluster-api-provider-container/exp/controllers"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
-	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
@@ -319,9 +318,9 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	}
 	// Every controller reaches the engine through this bound.
 	runtime := container.WithCallTimeout(engine, o.containerRuntimeAPITimeout)
-	// Machines run on the manager's own engine until they are placed on
-	// several (docs/multihost.md).
-	set := engines.Single(runtime)
+	// The manager's own engine, and every ContainerEngine the engine
+	// controller connects (docs/multihost.md).
+	set := controllers.NewEngines(runtime, mgr.GetAPIReader(), os.Getenv(podNamespaceEnv), o.containerRuntimeAPITimeout, nil)
 	var capacity *hostcapacity.Gate
 	if o.hostCapacityCheck {
 		capacity = &hostcapacity.Gate{
@@ -375,8 +374,7 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 		return err
 	}
 	if err := (&controllers.ContainerEngineReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: os.Getenv(podNamespaceEnv),
-		CallTimeout: o.containerRuntimeAPITimeout, WatchFilterValue: o.watchFilter,
+		Client: mgr.GetClient(), Engines: set, WatchFilterValue: o.watchFilter,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}

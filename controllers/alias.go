@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
+	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containerengine"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
@@ -35,11 +36,22 @@ func NewNodeIPAM(c client.Client, reader client.Reader) *NodeIPAM {
 	return nodeipam.NewRecorder(c, reader)
 }
 
+// NewEngines returns the container engines of a manager: local, its own
+// engine, already bounded by its call timeout, and every ContainerEngine the
+// ContainerEngineReconciler connects. Engines' Secrets are read through
+// reader (mgr.GetAPIReader()) from namespace, the manager's own
+// (POD_NAMESPACE; empty fails every engine that needs a Secret), and each
+// call to an engine is bounded by callTimeout, as
+// --container-runtime-timeout bounds the manager's own.
+func NewEngines(local container.Runtime, reader client.Reader, namespace string, callTimeout time.Duration, clk clock.PassiveClock) *engines.Registry {
+	return engines.NewRegistry(local, reader, namespace, callTimeout, clk)
+}
+
 // ContainerClusterReconciler reconciles ContainerClusters.
 type ContainerClusterReconciler struct {
 	Client client.Client
-	// Engines are the container engines clusters run on:
-	// engines.Single(runtime) for the manager's own.
+	// Engines are the container engines clusters run on: the manager's
+	// Registry, or engines.Single(runtime) for the manager's own alone.
 	Engines engines.Set
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
@@ -122,14 +134,9 @@ func (r *ContainerMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 // condition, whether CAPCT reaches the engine.
 type ContainerEngineReconciler struct {
 	Client client.Client
-	// APIReader reads engines' Secrets uncached (mgr.GetAPIReader()).
-	APIReader client.Reader
-	// Namespace is the manager's own, where engines' Secrets are
-	// (POD_NAMESPACE); empty fails every engine that needs a Secret.
-	Namespace string
-	// CallTimeout bounds each call to an engine, as
-	// --container-runtime-timeout bounds the manager's own engine.
-	CallTimeout time.Duration
+	// Engines holds the engines' clients: the Registry the other
+	// reconcilers are given as their Set (NewEngines).
+	Engines *engines.Registry
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
 	// WatchFilterValue limits the controller to objects with this
@@ -141,7 +148,7 @@ type ContainerEngineReconciler struct {
 func (r *ContainerEngineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	return (&containerengine.Reconciler{
 		Client:           r.Client,
-		Engines:          engines.NewRegistry(r.APIReader, r.Namespace, r.CallTimeout, r.Clock),
+		Engines:          r.Engines,
 		Clock:            r.Clock,
 		WatchFilterValue: r.WatchFilterValue,
 	}).SetupWithManager(ctx, mgr, options)

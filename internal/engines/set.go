@@ -38,10 +38,9 @@ func FirstEngine(set Set, cc *infrav1.ContainerCluster) (container.Runtime, erro
 	return set.Get(set.ForCluster(cc)[0])
 }
 
-// Single returns the Set of one engine, the manager's own. It is all CAPCT
-// serves until machines are placed on several engines (docs/multihost.md,
-// section 8): a cluster that lists engines is refused before anything is
-// made for it, so no caller asks it for another.
+// Single returns the Set of one engine, the manager's own, which refuses
+// any other name: for tests and programs that run clusters on one engine
+// only. The manager serves a Registry.
 func Single(rt container.Runtime) Set { return single{rt: rt} }
 
 type single struct{ rt container.Runtime }

@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 		}
 		return (&containerengine.Reconciler{
 			Client:  env.Manager.GetClient(),
-			Engines: engines.NewRegistry(env.Manager.GetAPIReader(), managerNamespace, 5*time.Second, nil),
+			Engines: engines.NewRegistry(nil, env.Manager.GetAPIReader(), managerNamespace, 5*time.Second, nil),
 		}).SetupWithManager(ctx, env.Manager, controller.Options{})
 	}, nil))
 }
