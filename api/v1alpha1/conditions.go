@@ -133,6 +133,13 @@ const (
 	// but whose behaviour is not built yet (docs/multihost.md); nothing is
 	// made for it.
 	NotSupportedYetReason = "NotSupportedYet"
+	// EngineNotFoundReason: a ContainerCluster lists a ContainerEngine
+	// that does not exist.
+	EngineNotFoundReason = "EngineNotFound"
+	// NamespaceNotAllowedReason: a ContainerEngine the ContainerCluster
+	// lists does not allow the cluster's namespace (its
+	// spec.allowedNamespaces).
+	NamespaceNotAllowedReason = "NamespaceNotAllowed"
 	// InvalidCredentialsReason: a ContainerEngine's Secret is missing, or
 	// lacks what its endpoint needs, or holds something that does not
 	// parse. The message names the Secret and the key, never their data.

@@ -51,8 +51,10 @@ type ContainerClusterSpec struct {
 	// failure domain; the first holds the load balancer. Empty: the
 	// manager's own engine, as always. The first engine never changes, and
 	// the list cannot be added to a cluster that has none, or removed.
-	// Not built yet: a cluster that lists engines gets EnginesReady=False
-	// (NotSupportedYet) and nothing is made for it (docs/multihost.md).
+	// Nothing is made for the cluster until every engine exists, allows
+	// its namespace and is reached (EnginesReady). Several engines need an
+	// overlay network that is not built yet: such a cluster gets
+	// EnginesReady=False (NotSupportedYet) (docs/multihost.md).
 	// +optional
 	// +listType=map
 	// +listMapKey=name

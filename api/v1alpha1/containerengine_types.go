@@ -163,9 +163,9 @@ type SwarmMembership struct {
 // engine serves many clusters.
 //
 // CAPCT reports in its Available condition whether it reaches the engine.
-// Not built yet: a cluster that names engines is refused with
-// EnginesReady=False (NotSupportedYet) and runs nothing; machines on
-// several engines come in the later steps of docs/multihost.md.
+// A cluster may run on one engine; a cluster that names several is refused
+// with EnginesReady=False (NotSupportedYet) and runs nothing until their
+// overlay network is built (docs/multihost.md).
 type ContainerEngine struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

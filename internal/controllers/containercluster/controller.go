@@ -85,10 +85,15 @@ type ClusterForgetter interface {
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containerclusters,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containerclusters/status;containerclusters/finalizers,verbs=get;update;patch
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containermachines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containerengines,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // Reconciler reconciles ContainerClusters.
 type Reconciler struct {
 	Client client.Client
+	// APIReader reads the Namespaces of clusters on engines, which the
+	// manager does not cache; nil means mgr.GetAPIReader().
+	APIReader client.Reader
 	// Engines are the container engines clusters run on; a cluster's
 	// network and load balancer are on its first.
 	Engines engines.Set
@@ -128,6 +133,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	if r.OrphanGracePeriod == 0 {
 		r.OrphanGracePeriod = DefaultOrphanGracePeriod
 	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
 	r.recorder = mgr.GetEventRecorderFor("containercluster-controller")
 	r.lb = &loadbalancer.LoadBalancer{Client: r.Client, Engines: r.Engines, Stats: r.LoadBalancerStats}
 	if c, ok := r.Clock.(clock.Clock); ok {
@@ -140,6 +148,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	})); err != nil {
 		return fmt.Errorf("failed to add the container event stream: %w", err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &infrav1.ContainerCluster{}, enginesIndex, listedEngines); err != nil {
+		return fmt.Errorf("failed to index ContainerClusters by their engines: %w", err)
+	}
 	log := ctrl.LoggerFrom(ctx)
 	err := ctrl.NewControllerManagedBy(mgr).
 		For(&infrav1.ContainerCluster{}).
@@ -150,6 +161,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		// Control-plane machines come, get addresses and go: each change may
 		// change the load balancer's backends. Any machine that comes, gets
 		// its pod CIDRs recorded or goes changes the pod network.
+		// An engine that is created, reached, lost or narrowed changes
+		// whether its clusters may run.
+		Watches(&infrav1.ContainerEngine{}, handler.EnqueueRequestsFromMapFunc(r.engineToClusters)).
 		Watches(&infrav1.ContainerMachine{}, handler.EnqueueRequestsFromMapFunc(r.machineToCluster),
 			builder.WithPredicates(machineChangesCluster())).
 		// A container of the cluster that starts (again) has lost what lived
@@ -226,21 +240,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (ctrl.Result, error) {
 	now := r.Clock.Now()
-	if len(cc.Spec.Engines) > 0 {
-		// The API of docs/multihost.md's first step, without its placement:
-		// making the cluster on the manager's own engine instead would be a
-		// cluster on one host that its user believes is spread over several.
-		return r.refused(cc, now, infrav1.EnginesReadyCondition, infrav1.NotSupportedYetReason,
-			errors.New("spec.engines: machines on several container engines are not built yet (docs/multihost.md); nothing is made for this cluster. Delete it and create it without spec.engines to run it on the manager's own engine"), 0)
-	}
-	cc.Status.FailureDomains = cc.Spec.FailureDomains
-	family := naming.IPFamily(cluster, cc)
-	network := naming.NetworkName(cluster, cc)
 	// Until the cluster is provisioned, its spec is checked against the
 	// policy and the host: the webhooks checked the policy at admission but
 	// may not have run, and the flags may have changed since. Once it runs,
 	// a policy tightened later never takes its load balancer away.
 	provisioned := ptr.Deref(cc.Status.Initialization.Provisioned, false)
+	if res, stop, err := r.reconcileEngines(ctx, cc, now, provisioned); stop || err != nil {
+		return res, err
+	}
+	family := naming.IPFamily(cluster, cc)
+	network := naming.NetworkName(cluster, cc)
 	if !provisioned {
 		if reason, recheck, err := r.admit(ctx, cc); reason != "" {
 			return r.refused(cc, now, infrav1.LoadBalancerAvailableCondition, reason, err, recheck)

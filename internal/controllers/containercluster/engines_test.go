@@ -8,6 +8,9 @@ import (
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -16,45 +19,121 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
-// TestClusterOnEnginesIsRefusedUntilBuilt lists engines on a cluster, which
-// the API accepts before the machines on several engines exist
-// (docs/multihost.md): the cluster must say so in EnginesReady and Ready,
-// make nothing on the manager's own engine, and still be deleted cleanly.
-func TestClusterOnEnginesIsRefusedUntilBuilt(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	cc, cluster := createCluster(ctx, g, "engines-", infrav1.NetworkSpec{}, func(cc *infrav1.ContainerCluster) {
-		cc.Spec.Engines = []infrav1.ClusterEngine{{Name: "engine-a"}, {Name: "engine-b"}}
-	})
-
+// enginesReady waits until cc's EnginesReady condition has status and
+// reason, leaving cc as it was read then.
+func enginesReady(ctx context.Context, g Gomega, cc *infrav1.ContainerCluster, status metav1.ConditionStatus, reason string) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
-		engines := conditions.Get(cc, infrav1.EnginesReadyCondition)
-		g.Expect(engines).NotTo(BeNil())
-		g.Expect(engines.Status).To(Equal(metav1.ConditionFalse))
-		g.Expect(engines.Reason).To(Equal(infrav1.NotSupportedYetReason))
-		g.Expect(engines.Message).To(ContainSubstring("spec.engines"))
-		ready := conditions.Get(cc, infrav1.ReadyCondition)
-		g.Expect(ready).NotTo(BeNil())
-		g.Expect(ready.Reason).To(Equal(infrav1.NotSupportedYetReason), "Ready must say why the cluster has no infrastructure")
-	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+		c := conditions.Get(cc, infrav1.EnginesReadyCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(status), "EnginesReady: %s", c.Message)
+		g.Expect(c.Reason).To(Equal(reason), "EnginesReady: %s", c.Message)
+	}, 60*time.Second, 200*time.Millisecond).Should(Succeed())
+}
 
-	// A reconcile more, brought by a change, must make nothing either.
-	cc.Annotations = map[string]string{"test": "again"}
-	g.Expect(env.Client.Update(ctx, cc)).To(Succeed())
+// expectNothingMade checks, for a while, that nothing was made for a
+// cluster its engines do not let run.
+func expectNothingMade(ctx context.Context, g Gomega, cc *infrav1.ContainerCluster, cluster *clusterv1.Cluster) {
 	g.Consistently(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
 		g.Expect(cc.Status.Initialization.Provisioned).To(BeNil())
 		g.Expect(cc.Spec.ControlPlaneEndpoint.Host).To(BeEmpty())
 		made, err := rt.List(ctx, map[string]string{container.LabelClusterID: string(cluster.UID)})
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(made).To(BeEmpty(), "a container was made for a cluster on engines that are not built")
+		g.Expect(made).To(BeEmpty(), "a container was made for a cluster whose engines do not let it run")
 		_, err = rt.InspectNetwork(ctx, naming.NetworkName(cluster, cc))
-		g.Expect(container.IsNotFound(err)).To(BeTrue(), "a network was made for a cluster on engines that are not built: %v", err)
+		g.Expect(container.IsNotFound(err)).To(BeTrue(), "a network was made for a cluster whose engines do not let it run: %v", err)
 	}, 3*time.Second, 500*time.Millisecond).Should(Succeed())
+}
 
+func deleteCluster(ctx context.Context, g Gomega, cc *infrav1.ContainerCluster, cluster *clusterv1.Cluster) {
 	g.Expect(env.Client.Delete(ctx, cluster)).To(Succeed())
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), &infrav1.ContainerCluster{}))
 	}, 60*time.Second, 200*time.Millisecond).Should(BeTrue())
+}
+
+// createEngine creates a ContainerEngine on the manager's own Docker
+// engine (an empty endpoint) that allows the given namespaces, or every
+// namespace when none is given.
+func createEngine(ctx context.Context, g Gomega, t *testing.T, allowed ...string) *infrav1.ContainerEngine {
+	engine := &infrav1.ContainerEngine{ObjectMeta: metav1.ObjectMeta{Name: "engine-" + rand.String(5)},
+		Spec: infrav1.ContainerEngineSpec{AllowedNamespaces: &infrav1.AllowedNamespaces{List: allowed}}}
+	g.Expect(env.Client.Create(ctx, engine)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), engine) })
+	return engine
+}
+
+// TestClusterRunsOnTheEngineItLists lists a ContainerEngine on a cluster
+// before the engine exists: the cluster waits, making nothing, until the
+// engine is created and reached; then its load balancer runs on that
+// engine and the engine is its failure domain. An admin narrowing the
+// engine afterwards is reported and takes nothing away.
+func TestClusterRunsOnTheEngineItLists(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	engineName := "engine-" + rand.String(5)
+	cc, cluster := createCluster(ctx, g, "engines-", infrav1.NetworkSpec{}, func(cc *infrav1.ContainerCluster) {
+		cc.Spec.Engines = []infrav1.ClusterEngine{{Name: engineName}}
+	})
+
+	enginesReady(ctx, g, cc, metav1.ConditionFalse, infrav1.EngineNotFoundReason)
+	g.Expect(conditions.Get(cc, infrav1.EnginesReadyCondition).Message).To(ContainSubstring(engineName))
+	g.Expect(conditions.Get(cc, infrav1.ReadyCondition).Reason).To(Equal(infrav1.EngineNotFoundReason), "Ready must say why the cluster has no infrastructure")
+	expectNothingMade(ctx, g, cc, cluster)
+
+	engine := &infrav1.ContainerEngine{ObjectMeta: metav1.ObjectMeta{Name: engineName},
+		Spec: infrav1.ContainerEngineSpec{AllowedNamespaces: &infrav1.AllowedNamespaces{List: []string{cc.Namespace}}}}
+	g.Expect(env.Client.Create(ctx, engine)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), engine) })
+
+	// The engine's watch wakes the cluster: nothing else would.
+	enginesReady(ctx, g, cc, metav1.ConditionTrue, infrav1.SucceededReason)
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
+		g.Expect(cc.Status.Initialization.Provisioned).To(Equal(ptr.To(true)), "LoadBalancerAvailable: %v", conditions.Get(cc, infrav1.LoadBalancerAvailableCondition))
+	}, 60*time.Second, 200*time.Millisecond).Should(Succeed())
+	g.Expect(cc.Status.FailureDomains).To(Equal([]clusterv1.FailureDomain{
+		{Name: engineName, ControlPlane: ptr.To(true), Attributes: map[string]string{"type": "docker"}},
+	}))
+	made, err := rt.List(ctx, map[string]string{container.LabelClusterID: string(cluster.UID)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(made).To(HaveLen(1), "the load balancer runs on the engine")
+
+	// The admin takes the namespace off the engine: the cluster says so,
+	// and keeps what it has.
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(engine), engine)).To(Succeed())
+	engine.Spec.AllowedNamespaces.List = []string{"someone-else"}
+	g.Expect(env.Client.Update(ctx, engine)).To(Succeed())
+	enginesReady(ctx, g, cc, metav1.ConditionFalse, infrav1.NamespaceNotAllowedReason)
+	g.Expect(cc.Status.Initialization.Provisioned).To(Equal(ptr.To(true)))
+	g.Expect(conditions.Get(cc, infrav1.ReadyCondition).Status).To(Equal(metav1.ConditionTrue), "a running load balancer keeps the cluster Ready")
+	made, err = rt.List(ctx, map[string]string{container.LabelClusterID: string(cluster.UID)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(made).To(HaveLen(1), "narrowing the engine must not take the load balancer away")
+
+	deleteCluster(ctx, g, cc, cluster)
+	made, err = rt.List(ctx, map[string]string{container.LabelClusterID: string(cluster.UID)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(made).To(BeEmpty())
+}
+
+// TestClusterOnSeveralEnginesIsRefusedUntilBuilt lists two engines that
+// allow the cluster, which the API accepts before the overlay network
+// exists (docs/multihost.md): the cluster must say so in EnginesReady and
+// Ready, make nothing, and still be deleted cleanly.
+func TestClusterOnSeveralEnginesIsRefusedUntilBuilt(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	// Engines that allow every namespace: the cluster's is made with it.
+	a, b := createEngine(ctx, g, t), createEngine(ctx, g, t)
+	cc, cluster := createCluster(ctx, g, "engines-", infrav1.NetworkSpec{}, func(cc *infrav1.ContainerCluster) {
+		cc.Spec.Engines = []infrav1.ClusterEngine{{Name: a.Name}, {Name: b.Name, ControlPlane: ptr.To(false)}}
+	})
+
+	enginesReady(ctx, g, cc, metav1.ConditionFalse, infrav1.NotSupportedYetReason)
+	g.Expect(conditions.Get(cc, infrav1.EnginesReadyCondition).Message).To(ContainSubstring("spec.engines"))
+	g.Expect(conditions.Get(cc, infrav1.ReadyCondition).Reason).To(Equal(infrav1.NotSupportedYetReason), "Ready must say why the cluster has no infrastructure")
+	expectNothingMade(ctx, g, cc, cluster)
+	deleteCluster(ctx, g, cc, cluster)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
+	"github.com/capct/cluster-api-provider-container/internal/controllers/containerengine"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
@@ -63,10 +64,10 @@ func SetupCore(ctx context.Context, mgr ctrl.Manager) (clustercache.ClusterCache
 	return clusterCache, nil
 }
 
-// SetupProvider adds CAPCT's ContainerCluster and ContainerMachine
-// reconcilers on rt to mgr. workload, when not nil, replaces the
-// ClusterCache for reaching workload clusters (tests use the test API
-// server itself as the workload cluster).
+// SetupProvider adds CAPCT's ContainerCluster, ContainerMachine and
+// ContainerEngine reconcilers to mgr, with rt as the manager's own engine.
+// workload, when not nil, replaces the ClusterCache for reaching workload
+// clusters (tests use the test API server itself as the workload cluster).
 func SetupProvider(ctx context.Context, mgr ctrl.Manager, rt container.Runtime, clusterCache clustercache.ClusterCache, workload lifecycle.WorkloadClientFunc) error {
 	return SetupProviderWith(ctx, mgr, rt, clusterCache, workload, ProviderOptions{})
 }
@@ -83,11 +84,23 @@ type ProviderOptions struct {
 	// network with when NodeIPAM is on; nil means a podnetwork.Syncer on
 	// rt.
 	PodNetwork containercluster.PodNetwork
+	// EngineSecretsNamespace holds the Secrets of ContainerEngines, as the
+	// manager's own namespace does; empty fails every engine that needs
+	// one.
+	EngineSecretsNamespace string
 }
+
+// engineCallTimeout bounds each call to a ContainerEngine in tests.
+const engineCallTimeout = 30 * time.Second
 
 // SetupProviderWith is SetupProvider with optional parts.
 func SetupProviderWith(ctx context.Context, mgr ctrl.Manager, rt container.Runtime, clusterCache clustercache.ClusterCache, workload lifecycle.WorkloadClientFunc, opts ProviderOptions) error {
-	set := engines.Single(rt)
+	// As in the manager: rt is the Local engine, and the ContainerEngine
+	// controller connects every other into the same Registry.
+	set := engines.NewRegistry(rt, mgr.GetAPIReader(), opts.EngineSecretsNamespace, engineCallTimeout, nil)
+	if err := (&containerengine.Reconciler{Client: mgr.GetClient(), Engines: set}).SetupWithManager(ctx, mgr, Options()); err != nil {
+		return err
+	}
 	cc := &containercluster.Reconciler{
 		Client: mgr.GetClient(), Engines: set, OrphanGracePeriod: time.Nanosecond,
 		LoadBalancerStats: LoadBalancerStats(rt),
