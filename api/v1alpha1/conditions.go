@@ -136,6 +136,10 @@ const (
 	// EngineNotFoundReason: a ContainerCluster lists a ContainerEngine
 	// that does not exist.
 	EngineNotFoundReason = "EngineNotFound"
+	// FailureDomainNotFoundReason: a machine's failure domain, or the
+	// engine it records, is not an engine its ContainerCluster lists; or
+	// no listed engine may run a control-plane machine. The machine waits.
+	FailureDomainNotFoundReason = "FailureDomainNotFound"
 	// NamespaceNotAllowedReason: a ContainerEngine the ContainerCluster
 	// lists does not allow the cluster's namespace (its
 	// spec.allowedNamespaces).

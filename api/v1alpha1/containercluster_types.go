@@ -52,9 +52,11 @@ type ContainerClusterSpec struct {
 	// manager's own engine, as always. The first engine never changes, and
 	// the list cannot be added to a cluster that has none, or removed.
 	// Nothing is made for the cluster until every engine exists, allows
-	// its namespace and is reached (EnginesReady). Several engines need an
-	// overlay network that is not built yet: such a cluster gets
-	// EnginesReady=False (NotSupportedYet) (docs/multihost.md).
+	// its namespace and is reached (EnginesReady). The manager must reach
+	// the first engine's container network, where the load balancer is.
+	// Several engines need an overlay network that is not built yet: such
+	// a cluster gets EnginesReady=False (NotSupportedYet)
+	// (docs/multihost.md).
 	// +optional
 	// +listType=map
 	// +listMapKey=name

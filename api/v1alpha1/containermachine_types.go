@@ -14,6 +14,12 @@ const (
 	// separated. It lives in metadata, not status, because clusterctl move
 	// does not carry status and the allocator is rebuilt from it.
 	PodCIDRsAnnotation = "container.infrastructure.cluster.x-k8s.io/pod-cidrs"
+
+	// EngineAnnotation records the ContainerEngine a machine of a cluster
+	// on engines is placed on, before its container is made; the machine
+	// is looked for there only. It is metadata for the reason
+	// PodCIDRsAnnotation is, set by CAPCT, and never changed once set.
+	EngineAnnotation = "container.infrastructure.cluster.x-k8s.io/engine"
 )
 
 // ContainerMachineSpec is the desired state of a ContainerMachine.
@@ -140,6 +146,7 @@ const (
 // +kubebuilder:printcolumn:name="Provider ID",type="string",JSONPath=".spec.providerID",priority=10
 // +kubebuilder:printcolumn:name="IP",type="string",JSONPath=`.status.addresses[?(@.type=="InternalIP")].address`,priority=10
 // +kubebuilder:printcolumn:name="Pod CIDRs",type="string",JSONPath=".status.podCIDRs",priority=10
+// +kubebuilder:printcolumn:name="Engine",type="string",JSONPath=".metadata.annotations['container\\.infrastructure\\.cluster\\.x-k8s\\.io/engine']",description="The ContainerEngine the machine is placed on; empty: the manager's own",priority=10
 // +kubebuilder:printcolumn:name="Container",type="string",JSONPath=`.status.conditions[?(@.type=="ContainerRunning")].reason`,description="Whether the container runs (Running, Stopped, Restarting, EngineUnreachable)",priority=10
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"

@@ -109,14 +109,10 @@ func (r *Registry) Get(name string) (container.Runtime, error) {
 // ForCluster implements Set: the engines cc lists, or Local when it lists
 // none.
 func (r *Registry) ForCluster(cc *infrav1.ContainerCluster) []string {
-	if cc == nil || len(cc.Spec.Engines) == 0 {
-		return []string{Local}
+	if names := Listed(cc); len(names) > 0 {
+		return names
 	}
-	names := make([]string, 0, len(cc.Spec.Engines))
-	for _, e := range cc.Spec.Engines {
-		names = append(names, e.Name)
-	}
-	return names
+	return []string{Local}
 }
 
 // Watch implements Set. It streams the manager's own engine's events, and

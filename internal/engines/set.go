@@ -38,6 +38,19 @@ func FirstEngine(set Set, cc *infrav1.ContainerCluster) (container.Runtime, erro
 	return set.Get(set.ForCluster(cc)[0])
 }
 
+// Listed returns the names of the engines cc lists in spec.engines, in
+// order: none for a cluster on the manager's own engine, or a nil cc.
+func Listed(cc *infrav1.ContainerCluster) []string {
+	if cc == nil {
+		return nil
+	}
+	names := make([]string, 0, len(cc.Spec.Engines))
+	for _, e := range cc.Spec.Engines {
+		names = append(names, e.Name)
+	}
+	return names
+}
+
 // Single returns the Set of one engine, the manager's own, which refuses
 // any other name: for tests and programs that run clusters on one engine
 // only. The manager serves a Registry.

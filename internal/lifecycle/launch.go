@@ -18,6 +18,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/nodeaddr"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
@@ -131,8 +132,11 @@ func waitingFor(s *MachineScope) (reason, message string) {
 // limits leave no room for another node, and tells the ContainerCluster
 // once. The launch timeout does not count while it waits: Launched is
 // False, not Unknown.
+//
+// The gate reads the manager's own host: only machines on its engine wait
+// for it. Another engine's host limits are not visible through its API.
 func (l *Launch) waitForCapacity(ctx context.Context, s *MachineScope, now time.Time) (bool, error) {
-	if l.HostCapacity == nil {
+	if l.HostCapacity == nil || s.Engine != engines.Local {
 		return false, nil
 	}
 	cm := s.ContainerMachine

@@ -8,6 +8,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 )
 
 // Provision reports the machine to Cluster API once its bootstrap data has
@@ -25,7 +26,12 @@ func (p *Provision) Reconcile(_ context.Context, s *MachineScope) (ctrl.Result, 
 	}
 	cm.Spec.ProviderID = s.ProviderID()
 	cm.Status.Addresses = Addresses(s.Container)
-	if s.Machine != nil && s.Machine.Spec.FailureDomain != "" {
+	// The engine is the failure domain of a machine on engines; the
+	// Machine's failure domain only labels one on the manager's own.
+	switch {
+	case s.Engine != engines.Local:
+		cm.Status.FailureDomain = s.Engine
+	case s.Machine != nil && s.Machine.Spec.FailureDomain != "":
 		cm.Status.FailureDomain = s.Machine.Spec.FailureDomain
 	}
 	cm.Status.Initialization.Provisioned = ptr.To(true)

@@ -365,3 +365,22 @@ func TestLaunchWaitsForHostCapacity(t *testing.T) {
 	}
 	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
 }
+
+// TestLaunchOnAnotherEngineIgnoresThisHostsCapacity places a machine on a
+// ContainerEngine while the manager's own host is full: the gate measures
+// this host, not the engine's, so the machine launches.
+func TestLaunchOnAnotherEngineIgnoresThisHostsCapacity(t *testing.T) {
+	e := newEnv(t, cloudConfig)
+	ctx := context.Background()
+	host := &heldHost{}
+	e.deps.HostCapacity = host
+	s := e.scope()
+	s.Engine = "engine-b"
+	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
+	if host.calls != 0 {
+		t.Fatalf("the manager's host was asked %d times for a machine on another engine", host.calls)
+	}
+}

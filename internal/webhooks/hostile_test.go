@@ -300,6 +300,11 @@ func hostileCases() []hostileCase {
 				inCluster(pausedCluster)(m)
 				m.Spec.ProviderID = "container:///moving-md-0-abcde"
 			}), atLaunch: "adopted as the moved machine's container"},
+		{kind: "ContainerMachine", input: "engine annotation preset on create (choosing an engine the namespace may not use)",
+			obj: machine(func(m *infrav1.ContainerMachine) {
+				inCluster(cappedCluster)(m)
+				m.Annotations = map[string]string{infrav1.EngineAnnotation: "someone-elses-engine"}
+			}), refused: "metadata.annotations[" + infrav1.EngineAnnotation + "]"},
 		{kind: "ContainerMachine", input: "a 4th machine with --max-machines-per-cluster=3",
 			existing: []client.Object{
 				machine(inCluster(cappedCluster)), machine(inCluster(cappedCluster)), machine(inCluster(cappedCluster)),

@@ -132,6 +132,12 @@ func (v *containerMachineValidator) ValidateCreate(ctx context.Context, m *infra
 		errs = append(errs, field.Forbidden(field.NewPath("spec", "providerID"),
 			"is set by CAPCT once the container runs; only clusterctl move, with the Cluster paused, creates a ContainerMachine that has one"))
 	}
+	if _, placed := m.Annotations[infrav1.EngineAnnotation]; placed && (cluster == nil || !annotations.IsPaused(cluster, m)) {
+		// Likewise the engine: CAPCT places the machine on one its
+		// cluster lists, which a preset annotation would bypass.
+		errs = append(errs, field.Forbidden(engineAnnotationPath,
+			"is set by CAPCT when it places the machine; only clusterctl move, with the Cluster paused, creates a ContainerMachine that has one"))
+	}
 	if cluster != nil && v.policy.MaxMachinesPerCluster > 0 {
 		n, err := v.machines(ctx, m)
 		if err != nil {
@@ -146,9 +152,16 @@ func (v *containerMachineValidator) ValidateUpdate(_ context.Context, old, m *in
 	if !m.DeletionTimestamp.IsZero() {
 		return nil, nil
 	}
-	return nil, invalid(infrav1.GroupVersion.WithKind("ContainerMachine").GroupKind(), m.Name,
-		v.policy.MachineSpec(field.NewPath("spec"), &m.Spec, &old.Spec))
+	errs := v.policy.MachineSpec(field.NewPath("spec"), &m.Spec, &old.Spec)
+	if engine, placed := old.Annotations[infrav1.EngineAnnotation]; placed && m.Annotations[infrav1.EngineAnnotation] != engine {
+		errs = append(errs, field.Forbidden(engineAnnotationPath, fmt.Sprintf(
+			"the machine is placed on engine %q, where its container is, and stays there; delete the machine to place another", engine)))
+	}
+	return nil, invalid(infrav1.GroupVersion.WithKind("ContainerMachine").GroupKind(), m.Name, errs)
 }
+
+// engineAnnotationPath is where a ContainerMachine records its engine.
+var engineAnnotationPath = field.NewPath("metadata", "annotations").Key(infrav1.EngineAnnotation)
 
 func (v *containerMachineValidator) ValidateDelete(context.Context, *infrav1.ContainerMachine) (admission.Warnings, error) {
 	return nil, nil

@@ -158,9 +158,5 @@ func listedEngines(o client.Object) []string {
 	if !ok {
 		return nil
 	}
-	names := make([]string, 0, len(cc.Spec.Engines))
-	for _, e := range cc.Spec.Engines {
-		names = append(names, e.Name)
-	}
-	return names
+	return engines.Listed(cc)
 }

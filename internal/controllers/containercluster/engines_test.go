@@ -6,6 +6,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -53,6 +54,30 @@ func deleteCluster(ctx context.Context, g Gomega, cc *infrav1.ContainerCluster, 
 	}, 60*time.Second, 200*time.Millisecond).Should(BeTrue())
 }
 
+// createWorker creates a worker Machine and its ContainerMachine in
+// cluster, with bootstrap data that only writes the success sentinel.
+func createWorker(ctx context.Context, g Gomega, cluster *clusterv1.Cluster, name string) *infrav1.ContainerMachine {
+	labels := map[string]string{clusterv1.ClusterNameLabel: cluster.Name}
+	g.Expect(env.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: name + "-bootstrap", Labels: labels},
+		Data:       map[string][]byte{"value": []byte(bootstrapData), "format": []byte("cloud-config")},
+		Type:       clusterv1.ClusterSecretType,
+	})).To(Succeed())
+	cm := &infrav1.ContainerMachine{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: name, Labels: labels},
+		Spec: infrav1.ContainerMachineSpec{Image: nodeImage}}
+	g.Expect(env.Client.Create(ctx, cm)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: name, Labels: labels,
+			Annotations: map[string]string{clusterv1.ExcludeNodeDrainingAnnotation: "", clusterv1.ExcludeWaitForNodeVolumeDetachAnnotation: ""}},
+		Spec: clusterv1.MachineSpec{
+			ClusterName: cluster.Name, Version: "v1.35.4",
+			Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptr.To(name + "-bootstrap")},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "ContainerMachine", Name: name},
+		},
+	})).To(Succeed())
+	return cm
+}
+
 // createEngine creates a ContainerEngine on the manager's own Docker
 // engine (an empty endpoint) that allows the given namespaces, or every
 // namespace when none is given.
@@ -67,8 +92,9 @@ func createEngine(ctx context.Context, g Gomega, t *testing.T, allowed ...string
 // TestClusterRunsOnTheEngineItLists lists a ContainerEngine on a cluster
 // before the engine exists: the cluster waits, making nothing, until the
 // engine is created and reached; then its load balancer runs on that
-// engine and the engine is its failure domain. An admin narrowing the
-// engine afterwards is reported and takes nothing away.
+// engine and the engine is its failure domain, and its machines are placed
+// there. An admin narrowing the engine afterwards is reported, takes
+// nothing away, and keeps new machines from starting there.
 func TestClusterRunsOnTheEngineItLists(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -100,8 +126,23 @@ func TestClusterRunsOnTheEngineItLists(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(made).To(HaveLen(1), "the load balancer runs on the engine")
 
+	// A worker is placed on the engine, records it before its container
+	// exists, and reports it as its failure domain.
+	worker := createWorker(ctx, g, cluster, "worker-0")
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(worker), worker)).To(Succeed())
+		g.Expect(worker.Annotations).To(HaveKeyWithValue(infrav1.EngineAnnotation, engineName))
+		g.Expect(worker.Status.Initialization.Provisioned).To(Equal(ptr.To(true)), "Launched: %v, Bootstrapped: %v",
+			conditions.Get(worker, infrav1.LaunchedCondition), conditions.Get(worker, infrav1.BootstrappedCondition))
+		g.Expect(worker.Status.FailureDomain).To(Equal(engineName))
+	}, 90*time.Second, 200*time.Millisecond).Should(Succeed())
+	// The placement never changes: the container is on that engine.
+	worker.Annotations[infrav1.EngineAnnotation] = "engine-elsewhere"
+	err = env.Client.Update(ctx, worker)
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "changing a machine's engine must be refused: %v", err)
+
 	// The admin takes the namespace off the engine: the cluster says so,
-	// and keeps what it has.
+	// and keeps what it has; a new machine waits instead of starting there.
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(engine), engine)).To(Succeed())
 	engine.Spec.AllowedNamespaces.List = []string{"someone-else"}
 	g.Expect(env.Client.Update(ctx, engine)).To(Succeed())
@@ -110,7 +151,18 @@ func TestClusterRunsOnTheEngineItLists(t *testing.T) {
 	g.Expect(conditions.Get(cc, infrav1.ReadyCondition).Status).To(Equal(metav1.ConditionTrue), "a running load balancer keeps the cluster Ready")
 	made, err = rt.List(ctx, map[string]string{container.LabelClusterID: string(cluster.UID)})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(made).To(HaveLen(1), "narrowing the engine must not take the load balancer away")
+	g.Expect(made).To(HaveLen(2), "narrowing the engine must not take the load balancer or a running machine away")
+	late := createWorker(ctx, g, cluster, "worker-1")
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(late), late)).To(Succeed())
+		launched := conditions.Get(late, infrav1.LaunchedCondition)
+		g.Expect(launched).NotTo(BeNil())
+		g.Expect(launched.Reason).To(Equal(infrav1.WaitingForClusterInfrastructureReason))
+		g.Expect(launched.Message).To(ContainSubstring("does not allow namespace"))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	g.Expect(late.Annotations).NotTo(HaveKey(infrav1.EngineAnnotation), "a machine that waits is not placed")
+	_, err = rt.Inspect(ctx, naming.ContainerName(cluster.Namespace, cluster.Name, late.Name))
+	g.Expect(container.IsNotFound(err)).To(BeTrue(), "no container may start on an engine that no longer allows the namespace: %v", err)
 
 	deleteCluster(ctx, g, cc, cluster)
 	made, err = rt.List(ctx, map[string]string{container.LabelClusterID: string(cluster.UID)})

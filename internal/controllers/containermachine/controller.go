@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -80,11 +81,17 @@ type Reconciler struct {
 	// Policy allows everything.
 	Policy policy.Policy
 
+	// APIReader counts a cluster's machines when placing one, uncached so
+	// that the last placement is seen; nil means mgr.GetAPIReader().
+	APIReader client.Reader
+
 	lifecycle   *lifecycle.Machine
 	termination *lifecycle.Termination
 	// wakeups carries container events and finished bootstraps into the
 	// work queue.
 	wakeups chan event.GenericEvent
+	// placing makes placements one at a time (engineOf).
+	placing sync.Mutex
 }
 
 // SetupWithManager wires the controller; ctx bounds the background work it
@@ -92,6 +99,9 @@ type Reconciler struct {
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
 	}
 	if r.WorkloadClient == nil {
 		if r.ClusterCache == nil {
@@ -212,10 +222,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 	}
 
-	s, err := r.scope(ctx, cluster, cm)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
 	helper, err := patch.NewHelper(cm, r.Client)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("failed to create a patch helper for ContainerMachine %s: %w", klog.KObj(cm), err)
@@ -228,6 +234,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 	}()
 
+	s, err := r.scope(ctx, cluster, cm)
+	if res, waiting := r.waitForPlacement(cm, err); waiting {
+		return res, nil
+	} else if err != nil {
+		return ctrl.Result{}, err
+	}
 	if !cm.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, s)
 	}
@@ -298,9 +310,9 @@ func (r *Reconciler) scope(ctx context.Context, cluster *clusterv1.Cluster, cm *
 		return nil, err
 	}
 	s.ContainerCluster = cc
-	// Every machine is on its cluster's first engine until machines are
-	// placed by failure domain (docs/multihost.md, section 8 step 4).
-	s.Engine = r.Engines.ForCluster(cc)[0]
+	if s.Engine, err = r.engineOf(ctx, s); err != nil {
+		return nil, err
+	}
 	if s.Runtime, err = r.Engines.Get(s.Engine); err != nil {
 		return nil, fmt.Errorf("failed to reach the engine of ContainerMachine %s: %w", klog.KObj(cm), err)
 	}
