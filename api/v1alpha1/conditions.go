@@ -39,6 +39,10 @@ const (
 	// carry it.
 	EnginesReadyCondition = "EnginesReady"
 
+	// EngineDeletingCondition: a ContainerEngine being deleted waits for
+	// the ContainerClusters that list it to go.
+	EngineDeletingCondition = "Deleting"
+
 	// EngineAvailableCondition: CAPCT reaches the ContainerEngine with the
 	// credentials its spec names, and the engine answers.
 	EngineAvailableCondition = "Available"
@@ -133,6 +137,9 @@ const (
 	// but whose behaviour is not built yet (docs/multihost.md); nothing is
 	// made for it.
 	NotSupportedYetReason = "NotSupportedYet"
+	// InUseReason: a ContainerEngine being deleted is still listed by
+	// ContainerClusters, which the message names.
+	InUseReason = "InUse"
 	// EngineNotFoundReason: a ContainerCluster lists a ContainerEngine
 	// that does not exist.
 	EngineNotFoundReason = "EngineNotFound"

@@ -4,6 +4,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// EngineFinalizer keeps a ContainerEngine that ContainerClusters still list
+// from going: their machines' containers are on it, and without the engine
+// CAPCT could neither reach nor remove them.
+const EngineFinalizer = "containerengine.infrastructure.cluster.x-k8s.io"
+
 // EngineType is the kind of container engine behind an endpoint.
 // +kubebuilder:validation:Enum=Docker;Podman
 type EngineType string
@@ -163,6 +168,8 @@ type SwarmMembership struct {
 // engine serves many clusters.
 //
 // CAPCT reports in its Available condition whether it reaches the engine.
+// An engine that ContainerClusters list is not removed when deleted: it
+// stays, served, with Deleting True (InUse) naming them, until they go.
 // A cluster may run on one engine; a cluster that names several is refused
 // with EnginesReady=False (NotSupportedYet) and runs nothing until their
 // overlay network is built (docs/multihost.md).

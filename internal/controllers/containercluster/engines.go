@@ -97,6 +97,11 @@ func (r *Reconciler) checkEngines(ctx context.Context, cc *infrav1.ContainerClus
 		} else if err != nil {
 			return fmt.Errorf("failed to get ContainerEngine %s of ContainerCluster %s: %w", listed.Name, klog.KObj(cc), err)
 		}
+		if !engine.DeletionTimestamp.IsZero() {
+			// It is kept until its clusters go, for their deletion only.
+			return &enginesNotReady{infrav1.EngineNotFoundReason, fmt.Sprintf(
+				"ContainerEngine %s is being deleted: it runs nothing new, and goes once no cluster lists it", listed.Name)}
+		}
 		if allowed, err := engines.AllowsNamespace(engine, ns); err != nil || !allowed {
 			message := fmt.Sprintf("ContainerEngine %s does not allow namespace %s: its admin must list the namespace, or select it by label, in the engine's spec.allowedNamespaces", listed.Name, cc.Namespace)
 			if err != nil {

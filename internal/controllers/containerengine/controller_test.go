@@ -12,6 +12,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -30,7 +31,11 @@ import (
 // namespace does.
 const managerNamespace = "capct-system"
 
-var env *envtest.Environment
+var (
+	env *envtest.Environment
+	// registry is the engines' clients, as the manager's Registry.
+	registry *engines.Registry
+)
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(klog.Background())
@@ -39,10 +44,9 @@ func TestMain(m *testing.M) {
 		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}}); err != nil {
 			return err
 		}
-		return (&containerengine.Reconciler{
-			Client:  env.Manager.GetClient(),
-			Engines: engines.NewRegistry(nil, env.Manager.GetAPIReader(), managerNamespace, 5*time.Second, nil),
-		}).SetupWithManager(ctx, env.Manager, controller.Options{})
+		registry = engines.NewRegistry(nil, env.Manager.GetAPIReader(), managerNamespace, 5*time.Second, nil)
+		return (&containerengine.Reconciler{Client: env.Manager.GetClient(), Engines: registry}).
+			SetupWithManager(ctx, env.Manager, controller.Options{})
 	}, nil))
 }
 
@@ -159,4 +163,43 @@ func serveSwarmManager(t *testing.T, socket string) {
 	s.Listener = l
 	s.Start()
 	t.Cleanup(s.Close)
+}
+
+// TestAnEngineInUseIsKeptUntilItsClustersGo deletes an engine a cluster
+// lists: it stays, says which cluster holds it, and still serves the
+// cluster (whose containers are on it) until the cluster is deleted.
+func TestAnEngineInUseIsKeptUntilItsClustersGo(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	engine := createEngine(ctx, g, t, "in-use", infrav1.ContainerEngineSpec{AllowedNamespaces: &infrav1.AllowedNamespaces{}})
+	g.Eventually(func(g Gomega) {
+		g.Expect(available(ctx, g, engine.Name).Status).To(Equal(metav1.ConditionTrue))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "engine-user-"}}
+	g.Expect(env.Client.Create(ctx, ns)).To(Succeed())
+	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "user"},
+		Spec: infrav1.ContainerClusterSpec{Engines: []infrav1.ClusterEngine{{Name: engine.Name}}}}
+	g.Expect(env.Client.Create(ctx, cc)).To(Succeed())
+
+	g.Expect(env.Client.Delete(ctx, engine)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(engine), engine)).To(Succeed())
+		deleting := conditions.Get(engine, infrav1.EngineDeletingCondition)
+		g.Expect(deleting).NotTo(BeNil())
+		g.Expect(deleting.Reason).To(Equal(infrav1.InUseReason))
+		g.Expect(deleting.Message).To(ContainSubstring(ns.Name + "/user"))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(engine), &infrav1.ContainerEngine{})).To(Succeed())
+		_, err := registry.Get(engine.Name)
+		g.Expect(err).NotTo(HaveOccurred(), "an engine in use must still be served")
+	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	g.Expect(env.Client.Delete(ctx, cc)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(engine), engine))).To(BeTrue())
+		_, err := registry.Get(engine.Name)
+		g.Expect(err).To(HaveOccurred(), "a deleted engine is forgotten")
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 }
