@@ -77,6 +77,10 @@ type Runtime interface {
 	// SaveImages returns a `docker save` style tar of the images refs. The
 	// caller closes it.
 	SaveImages(ctx context.Context, refs []string) (io.ReadCloser, error)
+	// LoadImages loads a `docker save` style tar, as SaveImages makes, into
+	// the engine: how CAPCT puts an image on an engine that lacks it
+	// without a registry (imagecopy). A tar that is not one is an error.
+	LoadImages(ctx context.Context, tar io.Reader) error
 
 	// Events streams start, die and destroy events of CAPCT containers
 	// whose labels contain labelSelector. The channel is closed when ctx

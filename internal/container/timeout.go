@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// ImageTransferTimeout bounds SaveImages (until its archive is closed)
-// under WithCallTimeout. Their duration grows with the images'
+// ImageTransferTimeout bounds SaveImages (until its archive is closed) and
+// LoadImages under WithCallTimeout. Their duration grows with the images'
 // size (a node image is about a gigabyte, and it goes through the engine
 // twice when preloaded), so the bound of an API round trip would cut them
 // off; ten minutes is room for a few gigabytes on a loaded small host.
@@ -24,8 +24,8 @@ const ImageTransferTimeout = 10 * time.Minute
 // Exceptions, each because the call's own work is longer than a round trip:
 // Exec gets the longer of its ExecInput.Timeout and d; an Exec without a
 // timeout whose context already has a deadline (a bootstrap step under the
-// bootstrap timeout) keeps that deadline alone. SaveImages gets
-// ImageTransferTimeout. Events is a stream that lives as long as its
+// bootstrap timeout) keeps that deadline alone. SaveImages and LoadImages
+// get ImageTransferTimeout. Events is a stream that lives as long as its
 // context and is not bounded. A d of 0 or less returns rt unchanged.
 func WithCallTimeout(rt Runtime, d time.Duration) Runtime {
 	if d <= 0 {
@@ -168,6 +168,13 @@ func (b *boundedRuntime) SaveImages(ctx context.Context, refs []string) (io.Read
 		}
 		return &cancelOnClose{ReadCloser: rc, cancel: cancel}, nil
 	})
+}
+
+// LoadImages gets ImageTransferTimeout, as SaveImages does: the engine
+// reads the whole archive within the call.
+func (b *boundedRuntime) LoadImages(ctx context.Context, tar io.Reader) error {
+	_, err := call(ctx, b.gate, ImageTransferTimeout, noValue(func(ctx context.Context) error { return b.rt.LoadImages(ctx, tar) }))
+	return err
 }
 
 // Events is not bounded: it streams for as long as ctx lives.

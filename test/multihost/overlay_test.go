@@ -100,7 +100,7 @@ func copyImage(t *testing.T, from, to *docker.Runtime, ref string) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tar.Close() }()
-	if err := to.LoadImage(ctx, tar); err != nil {
+	if err := to.LoadImages(ctx, tar); err != nil {
 		t.Fatalf("loading %s: %v", ref, err)
 	}
 }

@@ -895,10 +895,8 @@ func (r *Runtime) SaveImages(ctx context.Context, refs []string) (io.ReadCloser,
 	return rc, nil
 }
 
-// LoadImage loads a `docker save` style tar into the engine. It is not part
-// of the runtime seam: CAPCT never loads images into the engine (it reads
-// them, and loads them into nodes); tests use it to put theirs in place.
-func (r *Runtime) LoadImage(ctx context.Context, tarball io.Reader) error {
+// LoadImages implements container.Runtime.
+func (r *Runtime) LoadImages(ctx context.Context, tarball io.Reader) error {
 	resp, err := r.cli.ImageLoad(ctx, tarball, client.ImageLoadWithQuiet(true))
 	if err != nil {
 		return wrap("load", "image", "archive", err)

@@ -291,10 +291,10 @@ func TestImagesSaveLoadExistsAndPreload(t *testing.T) {
 	if err != nil || len(saved) < 1<<20 {
 		t.Fatalf("saved %d bytes, %v", len(saved), err)
 	}
-	if err := rt.LoadImage(ctx, bytes.NewReader(saved)); err != nil {
+	if err := rt.LoadImages(ctx, bytes.NewReader(saved)); err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.LoadImage(ctx, strings.NewReader("not a tar")); err == nil {
+	if err := rt.LoadImages(ctx, strings.NewReader("not a tar")); err == nil {
 		t.Fatal("loading garbage succeeded")
 	}
 	// PreloadImages pipes the save into `ctr ... import -`; the busybox image

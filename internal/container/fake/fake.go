@@ -49,7 +49,7 @@ const (
 	OpInfo           Op = "Info"
 	OpImageExists    Op = "ImageExists"
 	OpSaveImages     Op = "SaveImages"
-	OpLoadImage      Op = "LoadImage"
+	OpLoadImages     Op = "LoadImages"
 	OpEvents         Op = "Events"
 )
 
@@ -977,9 +977,9 @@ func (r *Runtime) SaveImages(ctx context.Context, refs []string) (io.ReadCloser,
 	return io.NopCloser(&buf), nil
 }
 
-// LoadImage reads a tar made by SaveImages, as the Docker runtime's
-// LoadImage does; like it, it is for tests, not part of the runtime seam.
-func (r *Runtime) LoadImage(ctx context.Context, in io.Reader) error {
+// LoadImages implements container.Runtime: it reads a tar made by
+// SaveImages, each file an image named after its reference.
+func (r *Runtime) LoadImages(ctx context.Context, in io.Reader) error {
 	tr := tar.NewReader(in)
 	loaded := map[string][]byte{}
 	for {
@@ -998,7 +998,7 @@ func (r *Runtime) LoadImage(ctx context.Context, in io.Reader) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.failure(OpLoadImage); err != nil {
+	if err := r.failure(OpLoadImages); err != nil {
 		return err
 	}
 	maps.Copy(r.images, loaded)

@@ -12,7 +12,9 @@ import (
 )
 
 func TestSuite(t *testing.T) {
-	runtimetest.RunSuite(t, func(*testing.T) runtimetest.Runtime { return fake.New(nil) }, "fake/busybox:test")
+	rt := fake.New(nil)
+	rt.AddImage("fake/busybox:test", []byte("busybox"))
+	runtimetest.RunSuite(t, func(*testing.T) runtimetest.Runtime { return rt }, "fake/busybox:test")
 }
 
 func TestFailNextAndOutOfBandRemoval(t *testing.T) {

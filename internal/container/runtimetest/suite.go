@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 	"net/netip"
 	"strings"
 	"testing"
@@ -145,6 +146,29 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) Runtime, image string)
 			}
 			if info.Swarm != nil && info.Swarm.NodeID == "" {
 				t.Fatalf("the engine is in a swarm without a node ID: %+v", *info.Swarm)
+			}
+		}},
+		{"ImagesLoadFromTheArchiveTheySavedTo", func(t *testing.T, e *Env) {
+			// How an image goes to an engine that lacks it: the archive
+			// SaveImages streams is one LoadImages takes.
+			ctx := Ctx(t)
+			saved, err := e.RT.SaveImages(ctx, []string{e.Image})
+			if err != nil {
+				t.Fatal(err)
+			}
+			archive, err := io.ReadAll(saved)
+			_ = saved.Close()
+			if err != nil || len(archive) == 0 {
+				t.Fatalf("reading the archive of %s: %d bytes, %v", e.Image, len(archive), err)
+			}
+			if err := e.RT.LoadImages(ctx, bytes.NewReader(archive)); err != nil {
+				t.Fatalf("loading the archive of %s: %v", e.Image, err)
+			}
+			if ok, err := e.RT.ImageExists(ctx, e.Image); err != nil || !ok {
+				t.Fatalf("after the load ImageExists(%s) = %v, %v", e.Image, ok, err)
+			}
+			if err := e.RT.LoadImages(ctx, strings.NewReader("not an image archive")); err == nil {
+				t.Fatal("loading something that is not an archive succeeded")
 			}
 		}},
 		{"EnsureNetworkTwiceGivesTheSameNetwork", func(t *testing.T, e *Env) {
