@@ -39,6 +39,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
+	"github.com/capct/cluster-api-provider-container/internal/imagecopy"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
 	"github.com/capct/cluster-api-provider-container/internal/webhooks"
@@ -82,6 +83,7 @@ type options struct {
 	controlPlaneNodeCost       map[string]int64
 	workerNodeCost             map[string]int64
 	maxConcurrentBootstraps    int
+	maxImageCopySize           int64
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
@@ -145,6 +147,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	o.policy.AddFlags(fs)
 	fs.IntVar(&o.maxConcurrentBootstraps, "max-concurrent-bootstraps", lifecycle.DefaultMaxConcurrentBootstraps,
 		"Most machine bootstraps (kubeadm init/join) in flight on the host at once; machines over it wait. 0 means no limit.")
+	fs.Int64Var(&o.maxImageCopySize, "max-image-copy-size", imagecopy.DefaultMaxSize,
+		"Most bytes of an image CAPCT copies to a ContainerEngine that lacks it, from another engine that holds it (docs/multihost.md); a larger image is refused.")
 	flags.AddManagerOptions(fs, &o.managerOptions)
 	feature.MutableGates.AddFlag(fs)
 }
@@ -369,7 +373,8 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	if err := (&controllers.ContainerMachineReconciler{
 		Client: mgr.GetClient(), Engines: set, ClusterCache: clusterCache, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM,
 		MachinePools: feature.Gates.Enabled(feature.MachinePool), HostCapacity: capacity, MaxConcurrentBootstraps: o.maxConcurrentBootstraps,
-		Policy: o.policy,
+		MaxImageCopySize: o.maxImageCopySize,
+		Policy:           o.policy,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}

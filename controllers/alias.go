@@ -105,6 +105,9 @@ type ContainerMachineReconciler struct {
 	// MaxConcurrentBootstraps bounds the bootstraps in flight on the host;
 	// 0 means no bound.
 	MaxConcurrentBootstraps int
+	// MaxImageCopySize bounds each image copied to a ContainerEngine that
+	// lacks it; 0 means imagecopy.DefaultMaxSize.
+	MaxImageCopySize int64
 	// Policy is what machines may ask of the host; the zero Policy allows
 	// everything.
 	Policy policy.Policy
@@ -121,6 +124,7 @@ func (r *ContainerMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 		MachinePools:     r.MachinePools,
 
 		MaxConcurrentBootstraps: r.MaxConcurrentBootstraps,
+		MaxImageCopySize:        r.MaxImageCopySize,
 		Policy:                  r.Policy,
 	}
 	rec.NodeIPAM = r.NodeIPAM

@@ -155,6 +155,10 @@ const (
 	// lacks what its endpoint needs, or holds something that does not
 	// parse. The message names the Secret and the key, never their data.
 	InvalidCredentialsReason = "InvalidCredentials"
+	// CopyingImageReason: an image the machine needs is being copied to
+	// its ContainerEngine from another engine that holds it; the message
+	// says how far. The machine launches once the copy ends.
+	CopyingImageReason = "CopyingImage"
 	// HostPathNotFoundReason: a host path of spec.extraMounts does not
 	// exist on the container host. CAPCT does not create it; the machine
 	// launches once it exists.

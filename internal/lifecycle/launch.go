@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
+	"github.com/capct/cluster-api-provider-container/internal/imagecopy"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/nodeaddr"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
@@ -100,7 +102,7 @@ func (l *Launch) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, e
 	// Before the launch is marked started, so that a machine that keeps
 	// waiting for the host keeps its condition as it is.
 	if err := l.checkHost(ctx, s, image); err != nil {
-		return l.refused(s, now, nil, err)
+		return l.refused(s, now, nil, l.copyMissingImages(s, err))
 	}
 	was := conditions.Get(cm, infrav1.LaunchedCondition)
 	if was != nil {
@@ -220,11 +222,14 @@ func (l *Launch) refused(s *MachineScope, now time.Time, was *metav1.Condition, 
 		reason  string
 		requeue time.Duration
 		notOn   *policy.NotOnHostError
+		copying *copyingImageError
 		noPath  *hostPathNotFoundError
 	)
 	switch {
 	case policy.IsViolation(err):
 		reason = infrav1.RefusedByPolicyReason
+	case errors.As(err, &copying):
+		reason, requeue = infrav1.CopyingImageReason, hostRecheck
 	case errors.As(err, &notOn):
 		reason, requeue = infrav1.ImageNotOnHostReason, hostRecheck
 	case errors.As(err, &noPath):
@@ -242,9 +247,69 @@ func (l *Launch) refused(s *MachineScope, now time.Time, was *metav1.Condition, 
 		conditions.Set(cm, *was)
 		return ctrl.Result{RequeueAfter: requeue}, nil
 	}
-	l.Recorder.Event(cm, corev1.EventTypeWarning, reason, msg)
+	eventType := corev1.EventTypeWarning
+	if reason == infrav1.CopyingImageReason {
+		// Progress, not a problem.
+		eventType = corev1.EventTypeNormal
+	}
+	l.Recorder.Event(cm, eventType, reason, msg)
 	setCondition(cm, now, infrav1.LaunchedCondition, metav1.ConditionFalse, reason, msg)
 	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// copyMissingImages has the images that checkHost found missing (err, a
+// *policy.NotOnHostError) copied to the machine's engine from another
+// engine of its cluster, or the manager's own, that holds them
+// (imagecopy.Copier); the manager's own engine gets no copies, since CAPCT
+// never pulls and its admin loads what it runs. It returns a
+// *copyingImageError while a copy runs, err with why a copy failed, or err
+// as it is.
+func (l *Launch) copyMissingImages(s *MachineScope, err error) error {
+	var notOn *policy.NotOnHostError
+	if l.Images == nil || s.Engine == engines.Local || !errors.As(err, &notOn) {
+		return err
+	}
+	sources := append(engines.Listed(s.ContainerCluster), engines.Local)
+	key := client.ObjectKeyFromObject(s.ContainerMachine)
+	var failed []string
+	for _, m := range notOn.Missing {
+		st := l.Images.Ensure(s.Engine, m.Value, sources, key)
+		switch {
+		case st.Copying:
+			return &copyingImageError{missing: m, engine: s.Engine, status: st}
+		case st.Err != nil:
+			failed = append(failed, st.Err.Error())
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%w; CAPCT could not copy them from another engine: %s", err, strings.Join(failed, "; "))
+	}
+	return err
+}
+
+// copyProgressStep is the granularity of the progress a copy reports:
+// each report is a status write that wakes the machine, so a gigabyte
+// makes a handful, not thousands.
+const copyProgressStep = 256 << 20
+
+// copyingImageError is a launch waiting for an image being copied to the
+// machine's engine.
+type copyingImageError struct {
+	missing policy.FieldValue
+	engine  string
+	status  imagecopy.Status
+}
+
+func (e *copyingImageError) Error() string {
+	from := "another engine"
+	if e.status.Source != "" {
+		from = "engine " + e.status.Source
+		if e.status.Source == engines.Local {
+			from = "the manager's own engine"
+		}
+	}
+	copied := e.status.Copied / copyProgressStep * copyProgressStep
+	return fmt.Sprintf("copying image %q of %s to engine %s from %s: %d MiB so far", e.missing.Value, e.missing.Field, e.engine, from, copied>>20)
 }
 
 // hostPathNotFoundError names the extraMounts field whose host path the

@@ -15,6 +15,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
+	"github.com/capct/cluster-api-provider-container/internal/imagecopy"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
@@ -45,11 +46,22 @@ type Deps struct {
 	// HostCapacity admits node containers onto the container host; nil
 	// admits every one.
 	HostCapacity HostCapacity
+	// Images copies an image a machine needs to the machine's engine from
+	// another that holds it; nil leaves missing images to the admin.
+	Images ImageCopier
 	// Policy is what machines may ask of the host (the manager's policy
 	// flags); checked again right before each container is created, since
 	// the webhooks may not have run or the flags may have changed since. The
 	// zero Policy allows everything.
 	Policy policy.Policy
+}
+
+// ImageCopier puts images on engines that lack them (imagecopy.Copier).
+type ImageCopier interface {
+	// Ensure reports the copy of ref to the engine target from the first
+	// of sources that holds it, starting it when none runs, and wakes
+	// waiter when it ends.
+	Ensure(target, ref string, sources []string, waiter types.NamespacedName) imagecopy.Status
 }
 
 // HostCapacity admits node containers onto the container host while its

@@ -35,6 +35,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/clusters"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
+	"github.com/capct/cluster-api-provider-container/internal/imagecopy"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
@@ -76,6 +77,9 @@ type Reconciler struct {
 	// 0 means no bound. Machines over it wait with Bootstrapped False,
 	// WaitingForBootstrapSlot.
 	MaxConcurrentBootstraps int
+	// MaxImageCopySize bounds each image copied to a ContainerEngine that
+	// lacks it (imagecopy); 0 means imagecopy.DefaultMaxSize.
+	MaxImageCopySize int64
 	// Policy is what machines may ask of the host (the manager's policy
 	// flags), checked right before each container is created; the zero
 	// Policy allows everything.
@@ -119,6 +123,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Bootstraps:     lifecycle.NewBootstrapRunner(ctx, clock.RealClock{}, r.MaxConcurrentBootstraps, r.wake),
 		NodeIPAM:       r.NodeIPAM,
 		HostCapacity:   r.HostCapacity,
+		Images:         imagecopy.New(ctx, r.Engines, r.MaxImageCopySize, r.wake, nil),
 		Policy:         r.Policy,
 	}
 	r.lifecycle = lifecycle.NewMachine(deps)

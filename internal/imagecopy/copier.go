@@ -1,0 +1,219 @@
+// Package imagecopy puts an image on a container engine that lacks it,
+// copied from another engine through the manager (SaveImages piped into
+// LoadImages), so that machines on several engines need no registry
+// (docs/multihost.md, section 5).
+package imagecopy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/capct/cluster-api-provider-container/internal/engines"
+)
+
+// DefaultMaxSize is the default of --max-image-copy-size: room for the
+// node image (about 1.4 GB, docs/node-image.md) and then some, while an
+// image that would fill a host is refused.
+const DefaultMaxSize int64 = 4 << 30
+
+// RetryAfter is how long a failed copy is reported before the next
+// request starts it again: a source may have gained the image since.
+const RetryAfter = time.Minute
+
+// ErrTooLarge is why a copy stopped at the size bound.
+var ErrTooLarge = errors.New("the image is larger than --max-image-copy-size")
+
+// NoSourceError says that no engine the copy may come from holds the image.
+type NoSourceError struct {
+	Ref     string
+	Sources []string
+}
+
+func (e *NoSourceError) Error() string {
+	names := make([]string, 0, len(e.Sources))
+	for _, s := range e.Sources {
+		names = append(names, engineName(s))
+	}
+	return fmt.Sprintf("no engine to copy image %q from holds it (asked: %s)", e.Ref, strings.Join(names, ", "))
+}
+
+// Copier runs each copy once, on a goroutine of its own, so that no
+// reconcile worker is held for the minutes a gigabyte takes: machines that
+// need the same image on the same engine join the copy in flight, and all
+// are woken when it ends. A copy interrupted by a restart leaves no tagged
+// image behind (the engine tags an image once its load completes), so it
+// simply starts again.
+type Copier struct {
+	base    context.Context
+	engines engines.Set
+	maxSize int64
+	notify  func(types.NamespacedName)
+	clock   clock.PassiveClock
+
+	mu   sync.Mutex
+	jobs map[jobKey]*job
+}
+
+type jobKey struct{ target, ref string }
+
+type job struct {
+	source string
+	copied atomic.Int64
+	// done, err and finished are guarded by Copier.mu.
+	done     bool
+	err      error
+	finished time.Time
+	waiters  map[types.NamespacedName]struct{}
+}
+
+// New returns a Copier whose copies run under base (the manager's
+// lifetime), between engines of set, each at most maxSize bytes (0 means
+// DefaultMaxSize), and that calls notify for each machine waiting on a copy
+// when it ends. clk nil means the real clock.
+func New(base context.Context, set engines.Set, maxSize int64, notify func(types.NamespacedName), clk clock.PassiveClock) *Copier {
+	if maxSize <= 0 {
+		maxSize = DefaultMaxSize
+	}
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Copier{base: base, engines: set, maxSize: maxSize, notify: notify, clock: clk, jobs: map[jobKey]*job{}}
+}
+
+// Status is where the copy of an image to an engine stands.
+type Status struct {
+	// Copying is true while a copy runs: from Source, Copied bytes so far.
+	Copying bool
+	Source  string
+	Copied  int64
+	// Err is why the last copy failed, reported until RetryAfter has
+	// passed.
+	Err error
+}
+
+// Ensure reports the copy of ref to the engine target, starting it when
+// none runs (and a failed one is older than RetryAfter): from the first of
+// sources, in order, that holds ref. waiter is woken when the copy ends.
+// Callers ask only for an image the target lacks; a copy that succeeded is
+// started again if they ask once more.
+func (c *Copier) Ensure(target, ref string, sources []string, waiter types.NamespacedName) Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := jobKey{target: target, ref: ref}
+	j := c.jobs[key]
+	switch {
+	case j != nil && !j.done:
+		j.waiters[waiter] = struct{}{}
+		return Status{Copying: true, Source: j.source, Copied: j.copied.Load()}
+	case j != nil && j.err != nil && c.clock.Since(j.finished) < RetryAfter:
+		return Status{Err: j.err}
+	}
+	j = &job{waiters: map[types.NamespacedName]struct{}{waiter: {}}}
+	c.jobs[key] = j
+	go c.run(key, j, slices.DeleteFunc(slices.Clone(sources), func(s string) bool { return s == target }))
+	return Status{Copying: true}
+}
+
+// run copies, records the outcome and wakes the waiters.
+func (c *Copier) run(key jobKey, j *job, sources []string) {
+	err := c.transfer(key, j, sources)
+	c.mu.Lock()
+	j.done, j.err, j.finished = true, err, c.clock.Now()
+	waiters := j.waiters
+	j.waiters = nil
+	c.mu.Unlock()
+	for w := range waiters {
+		c.notify(w)
+	}
+}
+
+// transfer finds a source and pipes its archive of the image into the
+// target, counting the bytes into j.
+func (c *Copier) transfer(key jobKey, j *job, sources []string) error {
+	ctx := c.base
+	to, err := c.engines.Get(key.target)
+	if err != nil {
+		return fmt.Errorf("failed to reach engine %s to copy image %q to: %w", engineName(key.target), key.ref, err)
+	}
+	source, err := c.findSource(ctx, key.ref, sources)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	j.source = source
+	c.mu.Unlock()
+	from, err := c.engines.Get(source)
+	if err != nil {
+		return fmt.Errorf("failed to reach engine %s to copy image %q from: %w", engineName(source), key.ref, err)
+	}
+	archive, err := from.SaveImages(ctx, []string{key.ref})
+	if err != nil {
+		return fmt.Errorf("failed to save image %q on engine %s: %w", key.ref, engineName(source), err)
+	}
+	defer func() { _ = archive.Close() }()
+	counted := &boundedReader{r: archive, max: c.maxSize, n: &j.copied}
+	if err := to.LoadImages(ctx, counted); err != nil {
+		if counted.over.Load() {
+			err = ErrTooLarge
+		}
+		return fmt.Errorf("failed to copy image %q from engine %s to engine %s: %w", key.ref, engineName(source), engineName(key.target), err)
+	}
+	// A load that ended early, or an archive without the ref's tag, loads
+	// nothing under the ref: only its presence says the copy worked.
+	if ok, err := to.ImageExists(ctx, key.ref); err != nil || !ok {
+		return fmt.Errorf("image %q is not on engine %s after its copy from engine %s (%v)", key.ref, engineName(key.target), engineName(source), err)
+	}
+	return nil
+}
+
+// findSource returns the first of sources that holds ref.
+func (c *Copier) findSource(ctx context.Context, ref string, sources []string) (string, error) {
+	for _, s := range sources {
+		rt, err := c.engines.Get(s)
+		if err != nil {
+			continue
+		}
+		if ok, err := rt.ImageExists(ctx, ref); err == nil && ok {
+			return s, nil
+		}
+	}
+	return "", &NoSourceError{Ref: ref, Sources: sources}
+}
+
+// boundedReader counts what is read through it into n and fails once more
+// than max bytes have gone by, so that the target's load stops there.
+type boundedReader struct {
+	r   io.Reader
+	max int64
+	n   *atomic.Int64
+	// over is read after the load returns, while the engine client's
+	// transport may still hold the reader.
+	over atomic.Bool
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if b.n.Add(int64(n)) > b.max {
+		b.over.Store(true)
+		return 0, ErrTooLarge
+	}
+	return n, err
+}
+
+// engineName names an engine in messages: the manager's own has no name.
+func engineName(name string) string {
+	if name == engines.Local {
+		return "(the manager's own)"
+	}
+	return name
+}
