@@ -148,7 +148,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.maxConcurrentBootstraps, "max-concurrent-bootstraps", lifecycle.DefaultMaxConcurrentBootstraps,
 		"Most machine bootstraps (kubeadm init/join) in flight on the host at once; machines over it wait. 0 means no limit.")
 	fs.Int64Var(&o.maxImageCopySize, "max-image-copy-size", imagecopy.DefaultMaxSize,
-		"Most bytes of an image CAPCT copies to a ContainerEngine that lacks it, from another engine that holds it (docs/multihost.md); a larger image is refused.")
+		"Most bytes of a node or load-balancer image CAPCT copies to a ContainerEngine that lacks it, from another engine that holds it (docs/multihost.md); a larger image is refused.")
 	flags.AddManagerOptions(fs, &o.managerOptions)
 	feature.MutableGates.AddFlag(fs)
 }
@@ -366,7 +366,7 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	// allocation would hand out the same CIDR twice.
 	nodeIPAM := controllers.NewNodeIPAM(mgr.GetClient(), mgr.GetAPIReader())
 	if err := (&controllers.ContainerClusterReconciler{
-		Client: mgr.GetClient(), Engines: set, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM, Policy: o.policy,
+		Client: mgr.GetClient(), Engines: set, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM, MaxImageCopySize: o.maxImageCopySize, Policy: o.policy,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}

@@ -61,6 +61,9 @@ type ContainerClusterReconciler struct {
 	// NodeIPAM is CAPCT's node IPAM; nil turns it off. With it, the
 	// controller programs each cluster's pod network into its nodes.
 	NodeIPAM *NodeIPAM
+	// MaxImageCopySize bounds the load balancer's image copied to a
+	// ContainerEngine that lacks it; 0 means imagecopy.DefaultMaxSize.
+	MaxImageCopySize int64
 	// Policy is what clusters may ask of the host; the zero Policy allows
 	// everything but the engine's own networks.
 	Policy policy.Policy
@@ -73,6 +76,7 @@ func (r *ContainerClusterReconciler) SetupWithManager(ctx context.Context, mgr c
 		Engines:          r.Engines,
 		Clock:            r.Clock,
 		WatchFilterValue: r.WatchFilterValue,
+		MaxImageCopySize: r.MaxImageCopySize,
 		Policy:           r.Policy,
 	}
 	if r.NodeIPAM != nil {

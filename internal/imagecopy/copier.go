@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
 )
 
@@ -208,6 +209,29 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 		return 0, ErrTooLarge
 	}
 	return n, err
+}
+
+// Sources returns the engines an image for cc may be copied from, in the
+// order they are asked: the cluster's own engines (Ensure skips the
+// target), then the manager's own, where images are built and loaded.
+func Sources(cc *infrav1.ContainerCluster) []string {
+	return append(engines.Listed(cc), engines.Local)
+}
+
+// progressStep is the granularity of the progress Describe reports: each
+// new report is a status write that wakes the object, so a gigabyte makes
+// a handful, not thousands.
+const progressStep = 256 << 20
+
+// Describe says, for a condition, how the copy of ref (the value of field)
+// to target stands while it runs.
+func (st Status) Describe(ref, field, target string) string {
+	from := "another engine"
+	if st.Source != "" {
+		from = "engine " + engineName(st.Source)
+	}
+	copied := st.Copied / progressStep * progressStep
+	return fmt.Sprintf("copying image %q of %s to engine %s from %s: %d MiB so far", ref, field, engineName(target), from, copied>>20)
 }
 
 // engineName names an engine in messages: the manager's own has no name.

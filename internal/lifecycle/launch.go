@@ -269,7 +269,7 @@ func (l *Launch) copyMissingImages(s *MachineScope, err error) error {
 	if l.Images == nil || s.Engine == engines.Local || !errors.As(err, &notOn) {
 		return err
 	}
-	sources := append(engines.Listed(s.ContainerCluster), engines.Local)
+	sources := imagecopy.Sources(s.ContainerCluster)
 	key := client.ObjectKeyFromObject(s.ContainerMachine)
 	var failed []string
 	for _, m := range notOn.Missing {
@@ -287,11 +287,6 @@ func (l *Launch) copyMissingImages(s *MachineScope, err error) error {
 	return err
 }
 
-// copyProgressStep is the granularity of the progress a copy reports:
-// each report is a status write that wakes the machine, so a gigabyte
-// makes a handful, not thousands.
-const copyProgressStep = 256 << 20
-
 // copyingImageError is a launch waiting for an image being copied to the
 // machine's engine.
 type copyingImageError struct {
@@ -301,15 +296,7 @@ type copyingImageError struct {
 }
 
 func (e *copyingImageError) Error() string {
-	from := "another engine"
-	if e.status.Source != "" {
-		from = "engine " + e.status.Source
-		if e.status.Source == engines.Local {
-			from = "the manager's own engine"
-		}
-	}
-	copied := e.status.Copied / copyProgressStep * copyProgressStep
-	return fmt.Sprintf("copying image %q of %s to engine %s from %s: %d MiB so far", e.missing.Value, e.missing.Field, e.engine, from, copied>>20)
+	return e.status.Describe(e.missing.Value, e.missing.Field.String(), e.engine)
 }
 
 // hostPathNotFoundError names the extraMounts field whose host path the

@@ -39,6 +39,7 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
+	"github.com/capct/cluster-api-provider-container/internal/imagecopy"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
@@ -113,6 +114,9 @@ type Reconciler struct {
 	// means loadbalancer.HTTPStats. Tests with the fake runtime, whose
 	// containers run nothing, replace it.
 	LoadBalancerStats loadbalancer.StatsFunc
+	// MaxImageCopySize bounds the load balancer's image copied to a
+	// ContainerEngine that lacks it; 0 means imagecopy.DefaultMaxSize.
+	MaxImageCopySize int64
 	// Policy is what clusters may ask of the host (the manager's policy
 	// flags); the zero Policy allows everything but the engine's own
 	// networks.
@@ -120,6 +124,9 @@ type Reconciler struct {
 
 	recorder record.EventRecorder
 	lb       *loadbalancer.LoadBalancer
+	// images copies the load balancer's image to a first engine that lacks
+	// it.
+	images *imagecopy.Copier
 	// wakeups carries container events into the work queue, as Clusters
 	// whose ContainerCluster to reconcile.
 	wakeups chan event.GenericEvent
@@ -142,6 +149,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		r.lb.Clock = c
 	}
 	r.wakeups = make(chan event.GenericEvent, 1024)
+	r.images = imagecopy.New(ctx, r.Engines, r.MaxImageCopySize, r.wakeCluster, nil)
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		r.pumpContainerEvents(ctx)
 		return nil
@@ -251,7 +259,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	family := naming.IPFamily(cluster, cc)
 	network := naming.NetworkName(cluster, cc)
 	if !provisioned {
-		if reason, recheck, err := r.admit(ctx, cc); reason != "" {
+		if reason, recheck, err := r.admit(ctx, cluster, cc); reason != "" {
 			return r.refused(cc, now, infrav1.LoadBalancerAvailableCondition, reason, err, recheck)
 		} else if err != nil {
 			return ctrl.Result{}, err
@@ -323,7 +331,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 // admit checks the cluster's spec against the policy and its load
 // balancer's image against the host. It returns the reason to refuse the
 // cluster for, with how soon to look again, or an error to retry.
-func (r *Reconciler) admit(ctx context.Context, cc *infrav1.ContainerCluster) (reason string, recheck time.Duration, err error) {
+func (r *Reconciler) admit(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (reason string, recheck time.Duration, err error) {
 	image := loadbalancer.ImageOrDefault(cc.Spec.LoadBalancer.Image)
 	if err := r.Policy.CheckCluster(&cc.Spec, image); err != nil {
 		return infrav1.RefusedByPolicyReason, 0, err
@@ -332,13 +340,24 @@ func (r *Reconciler) admit(ctx context.Context, cc *infrav1.ContainerCluster) (r
 	if err != nil {
 		return "", 0, err
 	}
-	// CAPCT never pulls: a missing image is waited for, not failed on.
-	err = policy.MissingImages(ctx, rt.ImageExists, []policy.FieldValue{{Field: field.NewPath("spec", "loadBalancer", "image"), Value: image}})
+	// CAPCT never pulls: a missing image is waited for, not failed on. On
+	// a ContainerEngine it is copied from an engine that holds it.
+	imageField := field.NewPath("spec", "loadBalancer", "image")
+	err = policy.MissingImages(ctx, rt.ImageExists, []policy.FieldValue{{Field: imageField, Value: image}})
 	var notOnHost *policy.NotOnHostError
-	if errors.As(err, &notOnHost) {
-		return infrav1.ImageNotOnHostReason, hostRecheck, err
+	if !errors.As(err, &notOnHost) {
+		return "", 0, err
 	}
-	return "", 0, err
+	if first := r.Engines.ForCluster(cc)[0]; first != engines.Local {
+		st := r.images.Ensure(first, image, imagecopy.Sources(cc), client.ObjectKeyFromObject(cluster))
+		switch {
+		case st.Copying:
+			return infrav1.CopyingImageReason, hostRecheck, errors.New(st.Describe(image, imageField.String(), first))
+		case st.Err != nil:
+			err = fmt.Errorf("%w; CAPCT could not copy it from another engine: %w", err, st.Err)
+		}
+	}
+	return infrav1.ImageNotOnHostReason, hostRecheck, err
 }
 
 // refused records, in the condition it names, a cluster whose spec the
@@ -349,7 +368,12 @@ func (r *Reconciler) admit(ctx context.Context, cc *infrav1.ContainerCluster) (r
 // backoff would change nothing.
 func (r *Reconciler) refused(cc *infrav1.ContainerCluster, now time.Time, condition, reason string, err error, recheck time.Duration) (ctrl.Result, error) {
 	if c := conditions.Get(cc, condition); c == nil || c.Reason != reason || c.Message != err.Error() {
-		r.recorder.Event(cc, corev1.EventTypeWarning, reason, err.Error())
+		eventType := corev1.EventTypeWarning
+		if reason == infrav1.CopyingImageReason {
+			// Progress, not a problem.
+			eventType = corev1.EventTypeNormal
+		}
+		r.recorder.Event(cc, eventType, reason, err.Error())
 	}
 	conditions.Set(cc, metav1.Condition{
 		Type: condition, Status: metav1.ConditionFalse, Reason: reason, Message: err.Error(),
@@ -490,14 +514,8 @@ func (r *Reconciler) pumpContainerEvents(ctx context.Context) {
 			// node in full.
 			r.PodNetwork.NodeStarted(types.NamespacedName{Namespace: ns, Name: name}, ev.Name)
 		}
-		cluster := &clusterv1.Cluster{}
-		cluster.Namespace, cluster.Name = ns, name
-		// Never block the event stream: when the queue is backed up the
-		// wakeup is dropped, and the periodic pass comes soon enough.
-		select {
-		case r.wakeups <- event.GenericEvent{Object: cluster}:
-		default:
-		}
+		// Never block the event stream.
+		r.wakeCluster(types.NamespacedName{Namespace: ns, Name: name})
 	}, func(err error) {
 		log.Info("Container events are not available yet; retrying", "err", err.Error())
 	})
@@ -513,6 +531,18 @@ func wakesCluster(t container.EventType, role container.Role) bool {
 		return t == container.EventStart
 	}
 	return false
+}
+
+// wakeCluster queues the ContainerCluster of the Cluster key from outside
+// the informers. It never blocks: when the queue is backed up the wakeup is
+// dropped, and the periodic pass comes soon enough.
+func (r *Reconciler) wakeCluster(key types.NamespacedName) {
+	cluster := &clusterv1.Cluster{}
+	cluster.Namespace, cluster.Name = key.Namespace, key.Name
+	select {
+	case r.wakeups <- event.GenericEvent{Object: cluster}:
+	default:
+	}
 }
 
 // wokenClusterToContainerCluster maps a Cluster woken by a container
