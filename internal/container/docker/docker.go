@@ -933,8 +933,11 @@ func (r *Runtime) LoadImages(ctx context.Context, tarball io.Reader) error {
 // containers under their restart policies).
 func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (<-chan container.Event, error) {
 	// Fail fast when the engine is not there at all; container.WatchEvents
-	// retries.
-	if _, err := r.cli.Ping(ctx); err != nil {
+	// retries. A versioned request, not a ping: it settles the client's API
+	// version negotiation first, which the client's event stream reads
+	// without the lock the negotiation writes under (a data race when the
+	// stream opens before any other call, as on a newly connected engine).
+	if _, err := r.cli.ServerVersion(ctx); err != nil {
 		return nil, wrap("watch", "events", fmt.Sprint(labelSelector), err)
 	}
 	f := labelFilters(labelSelector)

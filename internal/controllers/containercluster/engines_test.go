@@ -137,8 +137,9 @@ func TestClusterRunsOnTheEngineItLists(t *testing.T) {
 		g.Expect(worker.Status.FailureDomain).To(Equal(engineName))
 	}, 90*time.Second, 200*time.Millisecond).Should(Succeed())
 	// The placement never changes: the container is on that engine.
-	worker.Annotations[infrav1.EngineAnnotation] = "engine-elsewhere"
-	err = env.Client.Update(ctx, worker)
+	moved := worker.DeepCopy()
+	moved.Annotations[infrav1.EngineAnnotation] = "engine-elsewhere"
+	err = env.Client.Patch(ctx, moved, client.MergeFrom(worker))
 	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "changing a machine's engine must be refused: %v", err)
 
 	// The admin takes the namespace off the engine: the cluster says so,
