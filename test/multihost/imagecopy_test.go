@@ -14,7 +14,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container/runtimetest"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/imagecopy"
-	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+	"github.com/capct/cluster-api-provider-container/internal/test/images"
 )
 
 // TestImageCopiesToEngine2OverTLS copies the load balancer's image from
@@ -35,9 +35,10 @@ func TestImageCopiesToEngine2OverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	image := loadbalancer.ImageOrDefault("")
-	if ok, err := local.ImageExists(ctx, image); err != nil || !ok {
-		t.Fatalf("the load balancer's image %s is not on this machine's engine (%v): build it with make lb-image", image, err)
+	// CAPCT's own load balancer image, built (or found cached) here.
+	image, err := images.LoadBalancer()
+	if err != nil {
+		t.Fatal(err)
 	}
 	if ok, err := two.ImageExists(ctx, image); err != nil || ok {
 		t.Fatalf("engine 2 already holds %s (%v): the test needs an engine without it", image, err)
