@@ -23,11 +23,12 @@ import (
 // and opened once. It is the Set the reconcilers run machines through: the
 // manager's own engine (Local) and every engine the containerengine
 // controller has connected (Ensure), each watched for events from the
-// moment it is connected until it is forgotten. Every runtime it hands out is bounded by the call
-// timeout, as the manager's own engine is, and gated: once a call finds the
-// engine unreachable, calls fail at once and one per ProbeInterval goes
-// through (container.UnreachableGate), so a remote host that is gone does
-// not hold the reconcile workers for the timeout on every call.
+// moment it is connected until it is forgotten. Every runtime it hands out
+// is bounded by the call timeout, as the manager's own engine is, and
+// gated: once a call finds the engine unreachable, calls fail at once and
+// one per ProbeInterval goes through (container.UnreachableGate), so a
+// remote host that is gone does not hold the reconcile workers for the
+// timeout on every call.
 type Registry struct {
 	// local is the manager's own engine, served as Local.
 	local container.Runtime
