@@ -25,9 +25,11 @@ import (
 // so that a change to an engine wakes the clusters on it.
 const enginesIndex = "spec.engines.name"
 
-// engineRecheck is how soon a cluster that an engine does not allow looks
-// again: the engine's watch wakes it when the engine changes, but nothing
-// wakes it when its Namespace gains the label a selector asks for.
+// engineRecheck is how soon a cluster whose engines cannot run it looks
+// again. The engines' watch wakes it when an engine changes, but nothing
+// wakes it when its Namespace gains the label a selector asks for, and
+// under --watch-filter the controller's event filter drops the events of
+// engines without the filter's label.
 const engineRecheck = time.Minute
 
 // engineFailureDomainType is the attribute that tells a failure domain
@@ -68,9 +70,10 @@ func (r *Reconciler) reconcileEngines(ctx context.Context, cc *infrav1.Container
 		})
 		return ctrl.Result{}, false, nil
 	}
-	recheck := time.Duration(0)
-	if notReady.reason == infrav1.NamespaceNotAllowedReason {
-		recheck = engineRecheck
+	recheck := engineRecheck
+	if notReady.reason == infrav1.NotSupportedYetReason {
+		// Only a change of the cluster's spec, which wakes it, helps.
+		recheck = 0
 	}
 	res, _ := r.refused(cc, now, infrav1.EnginesReadyCondition, notReady.reason, notReady, recheck)
 	return res, !provisioned, nil
