@@ -109,12 +109,7 @@ func (r *Registry) Get(name string) (container.Runtime, error) {
 
 // ForCluster implements Set: the engines cc lists, or Local when it lists
 // none.
-func (r *Registry) ForCluster(cc *infrav1.ContainerCluster) []string {
-	if names := Listed(cc); len(names) > 0 {
-		return names
-	}
-	return []string{Local}
-}
+func (r *Registry) ForCluster(cc *infrav1.ContainerCluster) []string { return forCluster(cc) }
 
 // Watch implements Set. It streams the manager's own engine's events, and
 // those of each engine from when Ensure connects it until it is forgotten

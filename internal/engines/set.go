@@ -3,6 +3,7 @@ package engines
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
@@ -69,6 +70,40 @@ func (single) ForCluster(*infrav1.ContainerCluster) []string { return []string{L
 
 func (s single) Watch(ctx context.Context, handle func(container.Event), onError func(error)) {
 	container.WatchEvents(ctx, s.rt, nil, nil, handle, onError)
+}
+
+// Named returns the Set of the given runtimes by name (Local among them
+// when the manager's own is): for tests and programs that hold their
+// engines' runtimes already. ForCluster answers as the Registry's does.
+func Named(runtimes map[string]container.Runtime) Set { return named(runtimes) }
+
+type named map[string]container.Runtime
+
+func (n named) Get(name string) (container.Runtime, error) {
+	if rt, ok := n[name]; ok {
+		return rt, nil
+	}
+	return nil, container.NewError("connect", "engine", name, container.KindUnreachable, errNotConnected)
+}
+
+func (named) ForCluster(cc *infrav1.ContainerCluster) []string { return forCluster(cc) }
+
+// Watch streams every engine's events until ctx ends.
+func (n named) Watch(ctx context.Context, handle func(container.Event), onError func(error)) {
+	var wg sync.WaitGroup
+	for _, rt := range n {
+		wg.Go(func() { container.WatchEvents(ctx, rt, nil, nil, handle, onError) })
+	}
+	wg.Wait()
+}
+
+// forCluster is ForCluster of the Sets that serve ContainerEngines: the
+// engines cc lists, or Local when it lists none.
+func forCluster(cc *infrav1.ContainerCluster) []string {
+	if names := Listed(cc); len(names) > 0 {
+		return names
+	}
+	return []string{Local}
 }
 
 // Owned is one of a cluster's containers and the engine it is on.

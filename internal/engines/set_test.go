@@ -1,6 +1,8 @@
 package engines
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -44,5 +46,54 @@ func TestSingleServesOnlyTheManagersEngine(t *testing.T) {
 	stranger.ClusterID = "another"
 	if owned, err := ListOwned(runtimetest.Ctx(t), set, cc, stranger, nil); err != nil || len(owned) != 0 {
 		t.Fatalf("ListOwned of another cluster = %+v, %v; want nothing", owned, err)
+	}
+}
+
+// TestNamedServesAndWatchesEveryEngine checks the Set tests build from
+// runtimes they hold: each name gets its runtime, another is unreachable,
+// a cluster's engines are those it lists, and Watch streams the events of
+// an engine that is not the manager's own.
+func TestNamedServesAndWatchesEveryEngine(t *testing.T) {
+	local, b := fake.New(nil), fake.New(nil)
+	set := Named(map[string]container.Runtime{Local: local, "engine-b": b})
+	if got, err := set.Get("engine-b"); err != nil || got != container.Runtime(b) {
+		t.Fatalf("Get(engine-b) = %v, %v; want its runtime", got, err)
+	}
+	if _, err := set.Get("engine-c"); !container.IsUnreachable(err) {
+		t.Fatalf("Get of an engine not held = %v, want an unreachable error", err)
+	}
+	onB := &infrav1.ContainerCluster{Spec: infrav1.ContainerClusterSpec{Engines: []infrav1.ClusterEngine{{Name: "engine-b"}}}}
+	if got := set.ForCluster(onB); len(got) != 1 || got[0] != "engine-b" {
+		t.Fatalf("ForCluster = %q, want engine-b", got)
+	}
+
+	ctx, stop := context.WithCancel(runtimetest.Ctx(t))
+	events := make(chan container.Event, 64)
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		set.Watch(ctx, func(ev container.Event) {
+			select {
+			case events <- ev:
+			default:
+			}
+		}, nil)
+	}()
+	defer func() { stop(); <-watching }()
+	e := runtimetest.NewEnv(t, b, "img", container.IPv4)
+	// The stream may open after a start: start machines until one is seen.
+	deadline := time.After(10 * time.Second)
+	for i := 0; ; i++ {
+		e.Running(t, fmt.Sprintf("m%d", i))
+		select {
+		case ev := <-events:
+			if ev.Labels[container.LabelClusterID] != e.Owner.ClusterID {
+				t.Fatalf("an event of another engine's container: %+v", ev)
+			}
+			return
+		case <-deadline:
+			t.Fatal("no event of engine-b reached the Watch")
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }

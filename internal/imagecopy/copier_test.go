@@ -3,7 +3,6 @@ package imagecopy_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -13,26 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/imagecopy"
 )
-
-// set is an engines.Set of named fakes.
-type set map[string]container.Runtime
-
-func (s set) Get(name string) (container.Runtime, error) {
-	if rt, ok := s[name]; ok {
-		return rt, nil
-	}
-	return nil, fmt.Errorf("no engine %q", name)
-}
-func (set) ForCluster(*infrav1.ContainerCluster) []string             { return nil }
-func (set) Watch(context.Context, func(container.Event), func(error)) {}
-
-var _ engines.Set = set(nil)
 
 // heldLoad is an engine whose loads wait until release is closed.
 type heldLoad struct {
@@ -82,7 +66,7 @@ func TestCopiesOnceFromAnEngineThatHoldsTheImage(t *testing.T) {
 	holder.AddImage(ref, []byte("the node image"))
 	target := &heldLoad{Runtime: fake.New(nil), release: make(chan struct{})}
 	w := make(woken, 2)
-	c := imagecopy.New(t.Context(), set{engines.Local: local, "empty": empty, "holder": holder, "target": target}, 0, w.notify, nil)
+	c := imagecopy.New(t.Context(), engines.Named(map[string]container.Runtime{engines.Local: local, "empty": empty, "holder": holder, "target": target}), 0, w.notify, nil)
 
 	a, b := types.NamespacedName{Namespace: "ns", Name: "a"}, types.NamespacedName{Namespace: "ns", Name: "b"}
 	sources := []string{"target", "empty", "holder", engines.Local}
@@ -116,7 +100,7 @@ func TestACopyWithoutASourceIsReportedThenRetried(t *testing.T) {
 	local, target := fake.New(nil), fake.New(nil)
 	clk := clocktesting.NewFakeClock(time.Now())
 	w := make(woken, 4)
-	c := imagecopy.New(t.Context(), set{engines.Local: local, "target": target}, 0, w.notify, clk)
+	c := imagecopy.New(t.Context(), engines.Named(map[string]container.Runtime{engines.Local: local, "target": target}), 0, w.notify, clk)
 	m := types.NamespacedName{Namespace: "ns", Name: "m"}
 
 	c.Ensure("target", ref, []string{engines.Local}, m)
@@ -143,7 +127,7 @@ func TestACopyStopsAtTheSizeBound(t *testing.T) {
 	local, target := fake.New(nil), fake.New(nil)
 	local.AddImage(ref, []byte(strings.Repeat("x", 64<<10)))
 	w := make(woken, 2)
-	c := imagecopy.New(t.Context(), set{engines.Local: local, "target": target}, 16<<10, w.notify, nil)
+	c := imagecopy.New(t.Context(), engines.Named(map[string]container.Runtime{engines.Local: local, "target": target}), 16<<10, w.notify, nil)
 	m := types.NamespacedName{Namespace: "ns", Name: "m"}
 
 	c.Ensure("target", ref, []string{engines.Local}, m)

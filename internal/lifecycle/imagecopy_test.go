@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,18 +15,6 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/imagecopy"
 )
-
-// namedEngines is an engines.Set of named runtimes.
-type namedEngines map[string]container.Runtime
-
-func (n namedEngines) Get(name string) (container.Runtime, error) {
-	if rt, ok := n[name]; ok {
-		return rt, nil
-	}
-	return nil, fmt.Errorf("no engine %q", name)
-}
-func (namedEngines) ForCluster(*infrav1.ContainerCluster) []string             { return nil }
-func (namedEngines) Watch(context.Context, func(container.Event), func(error)) {}
 
 // TestLaunchCopiesAMissingImageToItsEngine launches machines on a
 // ContainerEngine that lacks their image: one whose image the manager's
@@ -51,7 +38,7 @@ func TestLaunchCopiesAMissingImageToItsEngine(t *testing.T) {
 			local := fakeruntime.New(nil)
 			local.AddImage("capct/node:v1.35.9", []byte("node image"))
 			woken := make(chan types.NamespacedName, 1)
-			e.deps.Images = imagecopy.New(ctx, namedEngines{engines.Local: local, "engine-b": e.runtime}, 0,
+			e.deps.Images = imagecopy.New(ctx, engines.Named(map[string]container.Runtime{engines.Local: local, "engine-b": e.runtime}), 0,
 				func(k types.NamespacedName) { woken <- k }, nil)
 			s := e.scope()
 			s.Engine = "engine-b"
@@ -91,7 +78,7 @@ func TestLaunchOnTheManagersEngineCopiesNothing(t *testing.T) {
 	ctx := context.Background()
 	other := fakeruntime.New(nil)
 	other.AddImage("capct/node:v1.35.9", []byte("node image"))
-	e.deps.Images = imagecopy.New(ctx, namedEngines{engines.Local: e.runtime, "engine-b": other}, 0, func(types.NamespacedName) {}, nil)
+	e.deps.Images = imagecopy.New(ctx, engines.Named(map[string]container.Runtime{engines.Local: e.runtime, "engine-b": other}), 0, func(types.NamespacedName) {}, nil)
 	s := e.scope()
 	s.ContainerMachine.Spec.Image = "capct/node:v1.35.9"
 	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {

@@ -2,7 +2,6 @@ package containercluster
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -24,20 +23,6 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/imagecopy"
 )
 
-// namedEngines is an engines.Set of named runtimes.
-type namedEngines map[string]container.Runtime
-
-func (n namedEngines) Get(name string) (container.Runtime, error) {
-	if rt, ok := n[name]; ok {
-		return rt, nil
-	}
-	return nil, fmt.Errorf("no engine %q", name)
-}
-func (namedEngines) ForCluster(cc *infrav1.ContainerCluster) []string {
-	return engines.Listed(cc)
-}
-func (namedEngines) Watch(context.Context, func(container.Event), func(error)) {}
-
 // TestTheLoadBalancerImageIsCopiedToTheClustersEngine admits a cluster on
 // a ContainerEngine that lacks the load balancer's image: the cluster
 // waits, CopyingImage, while the image is copied from the manager's own
@@ -48,7 +33,7 @@ func TestTheLoadBalancerImageIsCopiedToTheClustersEngine(t *testing.T) {
 	local, remote := fake.New(nil), fake.New(nil)
 	local.AddImage(image, []byte("haproxy"))
 	woken := make(chan types.NamespacedName, 1)
-	set := namedEngines{engines.Local: local, "engine-b": remote}
+	set := engines.Named(map[string]container.Runtime{engines.Local: local, "engine-b": remote})
 	r := &Reconciler{Engines: set, images: imagecopy.New(ctx, set, 0, func(k types.NamespacedName) { woken <- k }, nil)}
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
 	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}, Spec: infrav1.ContainerClusterSpec{
