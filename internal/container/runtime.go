@@ -13,7 +13,8 @@ import (
 // IsConflict, IsUnreachable, IsTransient, IsTimeout). Implementations must be
 // safe for concurrent use.
 type Runtime interface {
-	// EnsureNetwork creates the user-defined bridge network spec.Name, or
+	// EnsureNetwork creates the user-defined network spec.Name (a bridge,
+	// or with spec.Overlay an attachable overlay of the engine's swarm), or
 	// adopts an existing one that spec.Owner owns. An existing network of
 	// another owner is a conflict error.
 	EnsureNetwork(ctx context.Context, spec NetworkSpec) (Network, error)
@@ -139,6 +140,16 @@ type NetworkSpec struct {
 	Owner Owner
 	// IPFamily selects the families; empty means IPv4.
 	IPFamily IPFamily
+	// Overlay makes an attachable overlay network of the engine's swarm,
+	// which connects containers on every engine of the swarm
+	// (docs/multihost.md), instead of a bridge local to the engine. Only a
+	// swarm manager creates one.
+	Overlay bool
+	// Avoid are subnets the network must not overlap besides the engine's
+	// own default bridge: for an overlay, the local networks of every
+	// engine it spans, such as each one's docker_gwbridge, since a node
+	// with both would not know which interface an address is behind.
+	Avoid []netip.Prefix
 }
 
 // Network is a network as the engine reports it.
@@ -149,6 +160,10 @@ type Network struct {
 	ID string
 	// Labels on the network.
 	Labels map[string]string
+	// Overlay says the network spans the engines of a swarm: an engine
+	// reports only its own containers among Endpoints, and does not refuse
+	// an address another engine's container holds (docs/multihost.md).
+	Overlay bool
 	// IPv4Subnet is the IPv4 subnet, invalid if none.
 	IPv4Subnet netip.Prefix
 	// IPv6Subnet is the IPv6 subnet, invalid if none.

@@ -177,16 +177,18 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 		return n, err
 	}
 	var lastErr error
-	defaultBridge := r.defaultBridgeSubnets(ctx)
+	avoid := append(r.defaultBridgeSubnets(ctx), spec.Avoid...)
 	for attempt := range container.MaxSubnetAttempts {
 		v4, v6 := container.Subnets(spec.Name, attempt)
-		if overlapsAny(v4, defaultBridge) || family.HasIPv6() && overlapsAny(v6, defaultBridge) {
+		if overlapsAny(v4, avoid) || family.HasIPv6() && overlapsAny(v6, avoid) {
 			// The bridge driver takes a new network over the default
 			// bridge's subnet for proof that the default bridge is stale,
 			// and drops it: every container started on it afterwards fails
-			// ("network ... does not exist") until the engine restarts.
+			// ("network ... does not exist") until the engine restarts. The
+			// swarm does not check an overlay against any engine's local
+			// networks at all.
 			lastErr = container.NewError("create", "network", spec.Name, container.KindPoolOverlap,
-				fmt.Errorf("subnet %s overlaps the engine's default bridge", v4))
+				fmt.Errorf("subnet %s overlaps the engine's default bridge or a network to avoid", v4))
 			continue
 		}
 		ipam := &network.IPAM{Driver: "default"}
@@ -201,13 +203,20 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 			ipam.Config = append(ipam.Config, network.IPAMConfig{Subnet: v6.String(), Gateway: container.Gateway(v6).String(),
 				IPRange: container.DynamicRange(v6).String()})
 		}
-		_, err := r.cli.NetworkCreate(ctx, spec.Name, network.CreateOptions{
+		opts := network.CreateOptions{
 			Driver:     "bridge",
 			EnableIPv6: &enable6,
 			IPAM:       ipam,
 			Labels:     spec.Owner.Labels(),
 			Options:    map[string]string{"com.docker.network.bridge.enable_ip_masquerade": "true"},
-		})
+		}
+		if spec.Overlay {
+			// Attachable, so that standalone containers (CAPCT's machines,
+			// not swarm services) join it. Egress leaves through each
+			// host's docker_gwbridge, so there is nothing to masquerade.
+			opts.Driver, opts.Attachable, opts.Scope, opts.Options = "overlay", true, "swarm", nil
+		}
+		_, err := r.cli.NetworkCreate(ctx, spec.Name, opts)
 		if err == nil {
 			return r.adoptNetwork(ctx, spec)
 		}
@@ -270,7 +279,7 @@ func (r *Runtime) InspectNetwork(ctx context.Context, name string) (container.Ne
 		// NetworkInspect also matches ID prefixes.
 		return container.Network{}, container.NewError("inspect", "network", name, container.KindNotFound, errors.New("no such network"))
 	}
-	n := container.Network{Name: ni.Name, ID: ni.ID, Labels: ni.Labels}
+	n := container.Network{Name: ni.Name, ID: ni.ID, Labels: ni.Labels, Overlay: ni.Scope == "swarm"}
 	for _, c := range ni.IPAM.Config {
 		p, err := netip.ParsePrefix(c.Subnet)
 		if err != nil {

@@ -241,10 +241,10 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 	}
 	for attempt := range container.MaxSubnetAttempts {
 		v4, v6 := container.Subnets(spec.Name, attempt)
-		if r.overlapsLocked(v4) || (family.HasIPv6() && r.overlapsLocked(v6)) {
+		if r.overlapsLocked(v4, spec.Avoid) || (family.HasIPv6() && r.overlapsLocked(v6, spec.Avoid)) {
 			continue
 		}
-		n := container.Network{Name: spec.Name, ID: r.newID(), Labels: spec.Owner.Labels()}
+		n := container.Network{Name: spec.Name, ID: r.newID(), Labels: spec.Owner.Labels(), Overlay: spec.Overlay}
 		if family.HasIPv4() || family == container.IPv6 { // bridge networks always get IPv4
 			n.IPv4Subnet, n.IPv4Gateway, n.DynamicIPv4Range = v4, container.Gateway(v4), container.DynamicRange(v4)
 		}
@@ -258,7 +258,14 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 		fmt.Errorf("all %d derived subnets overlap existing networks", container.MaxSubnetAttempts))
 }
 
-func (r *Runtime) overlapsLocked(p netip.Prefix) bool {
+// overlapsLocked reports whether p overlaps a network of the engine or one
+// of avoid.
+func (r *Runtime) overlapsLocked(p netip.Prefix, avoid []netip.Prefix) bool {
+	for _, q := range avoid {
+		if q.Overlaps(p) {
+			return true
+		}
+	}
 	for _, n := range r.networks {
 		for _, q := range []netip.Prefix{n.net.IPv4Subnet, n.net.IPv6Subnet} {
 			if q.IsValid() && q.Overlaps(p) {
