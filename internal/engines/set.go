@@ -134,3 +134,28 @@ func ListOwned(ctx context.Context, set Set, cc *infrav1.ContainerCluster, owner
 	}
 	return owned, nil
 }
+
+// Spanning returns, for a cluster on several engines, the runtimes of the
+// engines its overlay network spans, for nodeaddr.Launcher.Spans: the
+// first engine's, which made the network and must answer, then each other
+// engine that is connected. An engine that is not is left out, as one that
+// does not answer would be: what its machines hold is in what they
+// recorded. It returns nil for a cluster on one engine, whose network is
+// that engine's own.
+func Spanning(set Set, cc *infrav1.ContainerCluster) ([]container.Runtime, error) {
+	names := set.ForCluster(cc)
+	if len(names) < 2 {
+		return nil, nil
+	}
+	spans := make([]container.Runtime, 0, len(names))
+	for i, engine := range names {
+		rt, err := set.Get(engine)
+		if i == 0 && err != nil {
+			return nil, fmt.Errorf("failed to reach engine %q, which holds the cluster's network: %w", engine, err)
+		}
+		if err == nil {
+			spans = append(spans, rt)
+		}
+	}
+	return spans, nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"path"
 	"strings"
 	"time"
@@ -179,7 +180,14 @@ func (l *Launch) create(ctx context.Context, s *MachineScope, now time.Time, ima
 	// The container gets static addresses (nodeaddr), so that it comes
 	// back on the address etcd and the API server advertise when the engine
 	// restarts it.
-	launched, err := (&nodeaddr.Launcher{Runtime: s.Runtime}).Launch(ctx, spec)
+	launcher, err := l.launcher(ctx, s)
+	if container.IsUnreachable(err) {
+		return l.engineAway(s, now, err)
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	launched, err := launcher.Launch(ctx, spec)
 	if path, ok := container.HostPathNotFound(err); ok {
 		return l.refused(s, now, was, &hostPathNotFoundError{mounts: cm.Spec.ExtraMounts, path: path})
 	}
@@ -192,6 +200,30 @@ func (l *Launch) create(ctx context.Context, s *MachineScope, now time.Time, ima
 	}
 	l.Recorder.Eventf(cm, corev1.EventTypeNormal, "Launched", "Launched container %s from %s", spec.Name, image)
 	return l.observe(ctx, s, launched.Machine, now)
+}
+
+// launcher returns the Launcher for s's container. On a cluster's overlay,
+// which spans engines, it reads what every engine holds, and what the
+// cluster's machines recorded for the engines that do not answer.
+func (l *Launch) launcher(ctx context.Context, s *MachineScope) (*nodeaddr.Launcher, error) {
+	spans, err := engines.Spanning(l.Engines, s.ContainerCluster)
+	if err != nil || len(spans) == 0 {
+		return &nodeaddr.Launcher{Runtime: s.Runtime}, err
+	}
+	machines := &infrav1.ContainerMachineList{}
+	if err := l.Client.List(ctx, machines, client.InNamespace(s.Cluster.Namespace),
+		client.MatchingLabels{clusterv1.ClusterNameLabel: s.Cluster.Name}); err != nil {
+		return nil, fmt.Errorf("failed to list the ContainerMachines of Cluster %s/%s: %w", s.Cluster.Namespace, s.Cluster.Name, err)
+	}
+	var recorded []netip.Addr
+	for _, m := range machines.Items {
+		for _, a := range m.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == clusterv1.MachineInternalIP {
+				recorded = append(recorded, ip)
+			}
+		}
+	}
+	return &nodeaddr.Launcher{Runtime: s.Runtime, Spans: spans, Recorded: recorded}, nil
 }
 
 // checkHost checks, right before the container is created, what only the

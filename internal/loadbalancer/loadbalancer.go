@@ -106,7 +106,15 @@ func (lb *LoadBalancer) Ensure(ctx context.Context, spec Spec) (*container.Machi
 	if err != nil {
 		return nil, err
 	}
-	launcher := &nodeaddr.Launcher{Runtime: rt}
+	// On an overlay the machines of the other engines hold addresses too.
+	// The load balancer is launched before any machine, and its
+	// replacement keeps its addresses, so what machines recorded is not
+	// needed here.
+	spans, err := engines.Spanning(lb.Engines, spec.ContainerCluster)
+	if err != nil {
+		return nil, err
+	}
+	launcher := &nodeaddr.Launcher{Runtime: rt, Spans: spans}
 	launched, err := launcher.Launch(ctx, mspec)
 	if err != nil {
 		return nil, fmt.Errorf("failed to launch load balancer container %s: %w", name, err)

@@ -92,7 +92,22 @@ func (r *addrSets) list(network string) []netip.Addr {
 
 // Launcher creates and starts containers with static addresses.
 type Launcher struct {
+	// Runtime is the engine the container runs on.
 	Runtime container.Runtime
+	// Spans are, for a network that spans engines (a swarm overlay), the
+	// runtimes of every engine of the cluster, the one that made the
+	// network first; empty for a network local to Runtime. An engine
+	// reports only its own containers on an overlay, and does not refuse an
+	// address another engine's container holds: the start waits 20 s and
+	// fails without naming the address, and a second start runs the
+	// container on the duplicate (test/multihost TestOverlayAcrossEngines).
+	// So each pick reads every engine, and a container whose first start
+	// fails is removed, never started again.
+	Spans []container.Runtime
+	// Recorded are addresses the cluster's machines reported, held by every
+	// pick on a spanning network: an engine that does not answer cannot
+	// tell what its containers hold.
+	Recorded []netip.Addr
 }
 
 // Launch creates spec's container with the lowest free address in every
@@ -224,7 +239,7 @@ func (l *Launcher) start(ctx context.Context, spec container.MachineSpec, m *con
 			fallback = true
 		}
 		if err != nil {
-			if created && container.IsInUse(err) {
+			if created && (container.IsInUse(err) || len(l.Spans) > 0) {
 				refused.add(spec.Network, spec.StaticIPv4, spec.StaticIPv6)
 				if derr := l.Runtime.Delete(ctx, spec.Name, container.OwnerOf(spec.Labels)); derr != nil {
 					return nil, errors.Join(err, fmt.Errorf("failed to remove container %s whose address was taken: %w", spec.Name, derr))
@@ -247,17 +262,45 @@ func (l *Launcher) pick(ctx context.Context, network, name string) (Addresses, e
 	// addresses leave creating only once the engine has its container, so
 	// read in this order no address falls between the two.
 	inFlight := creating.list(network)
-	n, err := l.Runtime.InspectNetwork(ctx, network)
-	if err != nil {
-		return Addresses{}, fmt.Errorf("failed to read the addresses held on network %s: %w", network, err)
+	engines := l.Spans
+	if len(engines) == 0 {
+		engines = []container.Runtime{l.Runtime}
 	}
-	// Every CAPCT container, of any cluster, that sits on the network:
-	// stopped ones hold their static addresses too.
-	machines, err := l.Runtime.List(ctx, nil)
-	if err != nil {
-		return Addresses{}, fmt.Errorf("failed to list the containers on network %s: %w", network, err)
+	var (
+		n    container.Network
+		held []netip.Addr
+	)
+	for i, rt := range engines {
+		seen, err := rt.InspectNetwork(ctx, network)
+		switch {
+		case i == 0 && err != nil:
+			return Addresses{}, fmt.Errorf("failed to read the addresses held on network %s: %w", network, err)
+		case i == 0:
+			n = seen
+		case container.IsNotFound(err):
+			// An engine sees an attachable overlay only once one of its
+			// containers uses it; it holds nothing on it then, but its
+			// stopped containers, which List finds.
+			seen = container.Network{Name: network}
+		case container.IsUnreachable(err):
+			// What it holds is in Recorded.
+			continue
+		case err != nil:
+			return Addresses{}, fmt.Errorf("failed to read the addresses held on network %s: %w", network, err)
+		}
+		// Every CAPCT container, of any cluster, that sits on the network:
+		// stopped ones hold their static addresses too.
+		machines, err := rt.List(ctx, nil)
+		if i > 0 && container.IsUnreachable(err) {
+			continue
+		}
+		if err != nil {
+			return Addresses{}, fmt.Errorf("failed to list the containers on network %s: %w", network, err)
+		}
+		held = append(held, Held(seen, machines)...)
 	}
-	held := append(Held(n, machines), refused.list(network)...)
+	held = append(held, refused.list(network)...)
+	held = append(held, l.Recorded...)
 	addrs, err := PickAll(FamiliesOf(n), append(held, inFlight...))
 	if err != nil {
 		return Addresses{}, fmt.Errorf("failed to pick an address for container %s on network %s: %w", name, network, err)

@@ -398,3 +398,54 @@ func TestLaunchAdoptsWithoutTheNetworkLock(t *testing.T) {
 		t.Fatal("adopting an existing container waited for the network's lock")
 	}
 }
+
+// TestLaunchOnAnOverlayHoldsWhatEveryEngineHolds runs a launch on the
+// second of two engines that share an overlay, as the swarm would: each
+// reports only its own containers, and neither refuses the other's
+// addresses. The pick must read both engines and the addresses machines
+// recorded, and a container whose first start fails must go, not be
+// started again onto a duplicate address.
+func TestLaunchOnAnOverlayHoldsWhatEveryEngineHolds(t *testing.T) {
+	t.Cleanup(nodeaddr.ForgetRefused)
+	ctx := context.Background()
+	overlay := container.Network{Name: "capct-c1", IPv4Subnet: netip.MustParsePrefix("10.7.0.0/24"),
+		DynamicIPv4Range: netip.MustParsePrefix("10.7.0.128/25"), Overlay: true}
+	a, b := fake.New(nil), fake.New(nil)
+	a.AddNetwork(overlay, true)
+	b.AddNetwork(overlay, true)
+	onA, err := (&nodeaddr.Launcher{Runtime: a}).Launch(ctx, spec(overlay.Name, "on-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A machine on an engine that does not answer, known only by what it
+	// recorded.
+	recorded := onA.Machine.StaticIPv4.Next()
+	spans := []container.Runtime{a, b}
+
+	onB, err := (&nodeaddr.Launcher{Runtime: b, Spans: spans, Recorded: []netip.Addr{recorded}}).Launch(ctx, spec(overlay.Name, "on-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := onB.Machine.StaticIPv4; got == onA.Machine.StaticIPv4 || got == recorded {
+		t.Fatalf("the launch on engine b took %s; engine a's container holds %s and a machine recorded %s", got, onA.Machine.StaticIPv4, recorded)
+	}
+
+	// An engine of the overlay that does not answer is left to Recorded;
+	// one that has not seen the overlay yet holds nothing on it.
+	c := fake.New(nil)
+	c.FailNext(fake.OpInspectNetwork, container.NewError("inspect", "network", overlay.Name, container.KindUnreachable, errors.New("no route to host")))
+	if _, err := (&nodeaddr.Launcher{Runtime: b, Spans: []container.Runtime{a, b, c, fake.New(nil)}}).Launch(ctx, spec(overlay.Name, "next")); err != nil {
+		t.Fatalf("a launch with one engine away and one that never saw the overlay: %v", err)
+	}
+
+	// The swarm's answer to a duplicate is a failed start that names no
+	// address: the container goes, and its addresses are not picked again.
+	b.FailNext(fake.OpStart, container.NewError("start", "container", "c1-dup", container.KindTimeout, errors.New("attaching to network failed: context deadline exceeded")))
+	_, err = (&nodeaddr.Launcher{Runtime: b, Spans: spans}).Launch(ctx, spec(overlay.Name, "dup"))
+	if err == nil {
+		t.Fatal("want the failed start's error")
+	}
+	if _, err := b.Inspect(ctx, "c1-dup"); !container.IsNotFound(err) {
+		t.Fatalf("the container whose first start failed on the overlay is still there (%v); starting it again would run it on a duplicate address", err)
+	}
+}
