@@ -25,6 +25,34 @@ flavor() {
   } > "$file"
 }
 
+# insert before|after REGEX PART [FILE...]: prints the FILEs (or stdin,
+# which "-" names among them) with the lines of templates/parts/PART.yaml
+# inserted before or after every line that matches REGEX (an awk ERE), each
+# indented as deep as that line: a part is written relative to the line it
+# goes next to. Unlike sed's r (the e2e flavors below, whose parts each have
+# one place), one part then fits every depth it is needed at: multihost's
+# kubelet argument goes into the control plane's kubeletExtraArgs and the
+# workers', two deeper. So a flavor that adds a few fields takes the shared
+# parts whole and writes only its own lines. A changed anchor matches
+# nothing, so the caller checks that its insertions landed.
+insert() {
+  local where=$1 regex=$2 part=parts/$3.yaml
+  shift 3
+  where=$where regex=$regex part=$part awk '
+    BEGIN {
+      while ((got = (getline line < ENVIRON["part"])) > 0) lines[n++] = line
+      if (got < 0) { print "templates.sh: cannot read " ENVIRON["part"] > "/dev/stderr"; exit 1 }
+    }
+    function emit(   i) {
+      match($0, /^ */)
+      for (i = 0; i < n; i++) print substr($0, 1, RLENGTH) lines[i]
+    }
+    $0 ~ ENVIRON["regex"] && ENVIRON["where"] == "before" { emit() }
+    { print }
+    $0 ~ ENVIRON["regex"] && ENVIRON["where"] == "after" { emit() }
+  ' "$@"
+}
+
 flavor cluster-template.yaml \
 "# Default flavor: a KubeadmControlPlane and one MachineDeployment of workers,
 # every machine a container of the node image. Variables: docs/templates.md.
@@ -49,6 +77,27 @@ flavor cluster-template-quickstart.yaml \
 # docs/templates.md. Generated from templates/parts by hack/templates.sh;
 # edit the parts." \
   cluster control-plane machinedeployment machinepool
+
+# Multihost: the default flavor's parts with the ContainerCluster's engines
+# and, for every node, the cluster-network address as the kubelet's node IP
+# and (control planes) kubeadm's advertise address (docs/multihost.md,
+# section 4 "Node addresses"). Workers get no failure domain, so they spread
+# over the engines.
+multihost=cluster-template-multihost.yaml
+flavor "$multihost" \
+"# Flavor \"multihost\": the default flavor on the ContainerEngines CAPCT_ENGINES
+# lists, whose nodes advertise and register their address on the cluster
+# network, not the default route's (docs/multihost.md). Variables:
+# docs/templates.md. Generated from templates/parts by hack/templates.sh;
+# edit the parts."
+insert before '^  network:$' multihost-engines parts/cluster.yaml >> "$multihost"
+insert after '^    initConfiguration:$' multihost-init-endpoint parts/control-plane.yaml |
+  insert after '^    joinConfiguration:$' multihost-join-endpoint |
+  insert after '^ *kubeletExtraArgs:$' multihost-node-ip - parts/machinedeployment.yaml >> "$multihost"
+[[ $(grep -c '^  engines: ' "$multihost") -eq 1 &&
+  $(grep -c 'advertiseAddress: "{{ ds.meta_data.local_ipv4 }}"' "$multihost") -eq 2 &&
+  $(grep -c 'value: "{{ ds.meta_data.local_ipv4 }}"' "$multihost") -eq 3 ]] ||
+  { echo "templates.sh: parts/cluster.yaml, control-plane.yaml or machinedeployment.yaml lack a '  network:', '    initConfiguration:', '    joinConfiguration:' or three 'kubeletExtraArgs:' lines to extend" >&2; exit 1; }
 
 # The flavors Cluster API's e2e specs use (test/e2e/config/container.yaml
 # names this folder): the same parts, so that the specs test what users get.

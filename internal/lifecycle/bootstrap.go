@@ -296,7 +296,13 @@ func (b *Bootstrap) plan(ctx context.Context, s *MachineScope) ([]provisioning.S
 	if format == "" {
 		format = provisioning.FormatCloudConfig
 	}
-	steps, err := provisioning.Plan(format, data, provisioning.Vars{Hostname: s.Container.Name})
+	vars := provisioning.Vars{Hostname: s.Container.Name}
+	if s.Container.IPv4.IsValid() {
+		// Data that uses the address fails to plan without one (an IPv6
+		// network) rather than giving the node an empty one.
+		vars.LocalIPv4 = s.Container.IPv4.String()
+	}
+	steps, err := provisioning.Plan(format, data, vars)
 	if err != nil {
 		return nil, &InvalidSpecError{Err: fmt.Errorf("failed to read bootstrap data Secret %s: %w", key, err)}
 	}

@@ -32,11 +32,12 @@
 //     merged into an existing flag rather than adding a second one.
 //   - The cloud-init jinja variables for the instance's hostname
 //     ({{ ds.meta_data.hostname }}, {{ ds.meta_data.local_hostname }},
-//     {{ v1.local_hostname }}) are replaced with Vars.Hostname in paths, file
-//     contents and commands.
+//     {{ v1.local_hostname }}) are replaced with Vars.Hostname, and the one
+//     for its private IPv4 address ({{ ds.meta_data.local_ipv4 }}) with
+//     Vars.LocalIPv4, in paths, file contents and commands.
 //
 // Bad input is reported as an error wrapping ErrMalformed (or
-// ErrUnknownFormat, ErrMissingHostname, or ErrTooLarge when the data is
-// larger than MaxDataSize or decodes to more than MaxPlanSize); it never
-// panics.
+// ErrUnknownFormat, ErrMissingHostname, ErrMissingAddress, or ErrTooLarge
+// when the data is larger than MaxDataSize or decodes to more than
+// MaxPlanSize); it never panics.
 package provisioning

@@ -18,6 +18,7 @@ func FuzzPlan(f *testing.F) {
 		data   string
 	}{
 		{FormatCloudConfig, cabpkInit},
+		{FormatCloudConfig, "runcmd:\n- [echo, '{{ds.meta_data.local_ipv4}}', '{{ v1.local_hostname }}']\n"},
 		{"", "#cloud-config\nruncmd:\n- [kubeadm, join, --ignore-preflight-errors, Swap]\n- kubeadm init phase preflight\n"},
 		{FormatCloudConfig, "write_files:\n- {path: /a, encoding: gz+b64, content: H4sIAAAAAAAA/w==}\n"},
 		{FormatCloudConfig, "write_files:\n- {path: /a, permissions: 0o7777, append: on, defer: true}\n"},
@@ -30,17 +31,18 @@ func FuzzPlan(f *testing.F) {
 		{FormatIgnition, `[]`},
 		{"other", "x"},
 	} {
-		f.Add(string(seed.format), []byte(seed.data), "node-0")
+		f.Add(string(seed.format), []byte(seed.data), "node-0", "172.18.0.2")
 	}
-	f.Fuzz(func(t *testing.T, format string, data []byte, hostname string) {
+	f.Fuzz(func(t *testing.T, format string, data []byte, hostname, localIPv4 string) {
 		orig := bytes.Clone(data)
-		vars := Vars{Hostname: hostname}
+		vars := Vars{Hostname: hostname, LocalIPv4: localIPv4}
 		r, err := Analyze(Format(format), data, vars)
 		if !bytes.Equal(data, orig) {
 			t.Fatal("Analyze modified its input")
 		}
 		if err != nil {
-			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrUnknownFormat) && !errors.Is(err, ErrMissingHostname) {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrUnknownFormat) && !errors.Is(err, ErrMissingHostname) &&
+				!errors.Is(err, ErrMissingAddress) {
 				t.Fatalf("untyped error %v", err)
 			}
 			if r.Steps != nil || r.Ignored != nil {

@@ -10,37 +10,70 @@ import (
 // provider-id=container:///{{ ds.meta_data.local_hostname }}).
 var hostnameVar = regexp.MustCompile(`\{\{\s*(?:ds\.meta_data\.(?:local_)?hostname|v1\.local_hostname)\s*\}\}`)
 
-// substitute replaces the hostname variables in every path, file content and
+// localIPv4Var matches the cloud-init jinja variable that holds the
+// instance's private IPv4 address (EC2-style metadata; cloud-init has no v1
+// key for it, so neither does CAPCT). Templates use it where the address of
+// the default route is the wrong one, e.g. for the kubelet's node-ip and
+// kubeadm's advertise address on an overlay network (docs/multihost.md).
+var localIPv4Var = regexp.MustCompile(`\{\{\s*ds\.meta_data\.local_ipv4\s*\}\}`)
+
+// jinjaVars are the variables substitute replaces: what matches them, the
+// value from Vars, and the error when the data uses one whose value is
+// empty (an empty replacement would make a wrong node name or address
+// silently, so it is refused).
+var jinjaVars = []struct {
+	pattern *regexp.Regexp
+	value   func(Vars) string
+	missing error
+}{
+	{hostnameVar, func(v Vars) string { return v.Hostname }, ErrMissingHostname},
+	{localIPv4Var, func(v Vars) string { return v.LocalIPv4 }, ErrMissingAddress},
+}
+
+// substitute replaces the jinja variables in every path, file content and
 // command argument.
 func substitute(steps []Step, vars Vars) error {
-	repl := []byte(vars.Hostname)
-	check := func(b []byte, where string) error {
-		if vars.Hostname == "" && hostnameVar.Match(b) {
-			return fmt.Errorf("%w: %s uses %s", ErrMissingHostname, where, hostnameVar.Find(b))
-		}
-		return nil
-	}
 	for i := range steps {
 		s := &steps[i]
 		if f := s.File; f != nil {
-			if err := check([]byte(f.Path), "path "+f.Path); err != nil {
+			path, err := fill([]byte(f.Path), vars, "path "+f.Path)
+			if err != nil {
 				return err
 			}
-			if err := check(f.Content, "file "+f.Path); err != nil {
+			content, err := fill(f.Content, vars, "file "+f.Path)
+			if err != nil {
 				return err
 			}
-			f.Path = hostnameVar.ReplaceAllLiteralString(f.Path, vars.Hostname)
-			if hostnameVar.Match(f.Content) {
-				f.Content = hostnameVar.ReplaceAllLiteral(f.Content, repl)
-			}
+			f.Path, f.Content = string(path), content
 			continue
 		}
+		where := fmt.Sprintf("command %q", describe(*s))
 		for j, arg := range s.Command {
-			if err := check([]byte(arg), fmt.Sprintf("command %q", describe(*s))); err != nil {
+			b, err := fill([]byte(arg), vars, where)
+			if err != nil {
 				return err
 			}
-			s.Command[j] = hostnameVar.ReplaceAllLiteralString(arg, vars.Hostname)
+			s.Command[j] = string(b)
 		}
 	}
 	return nil
+}
+
+// fill returns b with every variable replaced, or b itself when it uses
+// none (file contents can be large). where names b in the error. The values
+// are a container name and an address, which hold no jinja, so one
+// variable's value is never taken for another variable.
+func fill(b []byte, vars Vars, where string) ([]byte, error) {
+	for _, v := range jinjaVars {
+		m := v.pattern.Find(b)
+		if m == nil {
+			continue
+		}
+		value := v.value(vars)
+		if value == "" {
+			return nil, fmt.Errorf("%w: %s uses %s", v.missing, where, m)
+		}
+		b = v.pattern.ReplaceAllLiteral(b, []byte(value))
+	}
+	return b, nil
 }

@@ -44,6 +44,10 @@ var (
 	// (a cloud-init jinja variable) but Vars.Hostname is empty.
 	ErrMissingHostname = errors.New("bootstrap data needs a hostname but none was given")
 
+	// ErrMissingAddress means the data refers to the instance's IPv4
+	// address (a cloud-init jinja variable) but Vars.LocalIPv4 is empty.
+	ErrMissingAddress = errors.New("bootstrap data needs an IPv4 address but none was given")
+
 	// ErrTooLarge means the data, or what it decodes to, is larger than
 	// MaxDataSize or MaxPlanSize.
 	ErrTooLarge = errors.New("bootstrap data too large")
@@ -66,6 +70,11 @@ type Vars struct {
 	// {{ ds.meta_data.hostname }}, {{ ds.meta_data.local_hostname }} and
 	// {{ v1.local_hostname }} (with or without the spaces).
 	Hostname string
+	// LocalIPv4 is the node container's IPv4 address on the cluster's
+	// network, which other nodes reach it at even where its default route
+	// leaves through another interface (an overlay's docker_gwbridge). It
+	// replaces {{ ds.meta_data.local_ipv4 }} (with or without the spaces).
+	LocalIPv4 string
 }
 
 // File is a file to write inside the node container.
@@ -73,7 +82,8 @@ type File struct {
 	// Path is absolute and clean. The executor creates missing parent
 	// directories.
 	Path string
-	// Content is the decoded content, with hostname variables substituted.
+	// Content is the decoded content, with the jinja variables of Vars
+	// substituted.
 	Content []byte
 	// Mode holds the permission bits (and setuid/setgid/sticky as
 	// os.ModeSetuid etc.). The executor applies it even when appending.

@@ -193,7 +193,7 @@ func quoteAll(a []string) []string {
 // YAML mapping's lines) and returns the file.
 func oneFile(t *testing.T, item string) (*File, error) {
 	t.Helper()
-	steps, err := Plan(FormatCloudConfig, []byte("#cloud-config\nwrite_files:\n- path: /f\n"+item), Vars{Hostname: "h"})
+	steps, err := Plan(FormatCloudConfig, []byte("#cloud-config\nwrite_files:\n- path: /f\n"+item), Vars{Hostname: "h", LocalIPv4: "172.18.0.5"})
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +260,14 @@ func TestWriteFilesFields(t *testing.T) {
 		{"append false", "  append: false\n", File{Path: "/f", Content: []byte{}, Mode: 0o644}},
 		{"hostname everywhere", "  content: \"a {{ds.meta_data.hostname}} b {{  v1.local_hostname }} c {{ ds.meta_data.local_hostname}}\"\n",
 			File{Path: "/f", Content: []byte("a h b h c h"), Mode: 0o644}},
+		{"address everywhere", "  content: \"a {{ds.meta_data.local_ipv4}} b {{  ds.meta_data.local_ipv4 }}\"\n",
+			File{Path: "/f", Content: []byte("a 172.18.0.5 b 172.18.0.5"), Mode: 0o644}},
+		{"hostname and address", "  content: \"{{ ds.meta_data.local_ipv4 }} {{ ds.meta_data.local_hostname }}\"\n",
+			File{Path: "/f", Content: []byte("172.18.0.5 h"), Mode: 0o644}},
 		{"other jinja untouched", "  content: \"{{ ds.meta_data.instance_id }}\"\n", File{Path: "/f", Content: []byte("{{ ds.meta_data.instance_id }}"), Mode: 0o644}},
+		// cloud-init has no v1 key for the address: a template using one
+		// would not work on a VM either, so it is left for kubeadm to refuse.
+		{"v1.local_ipv4 untouched", "  content: \"{{ v1.local_ipv4 }}\"\n", File{Path: "/f", Content: []byte("{{ v1.local_ipv4 }}"), Mode: 0o644}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := oneFile(t, tc.item)
@@ -273,6 +280,53 @@ func TestWriteFilesFields(t *testing.T) {
 			if !reflect.DeepEqual(*f, tc.want) {
 				t.Errorf("got  %s\nwant %s", showStep(Step{File: f}), showStep(Step{File: &tc.want}))
 			}
+		})
+	}
+}
+
+// TestSubstituteAddress checks that the address variable the multihost
+// flavor uses (templates/cluster-template-multihost.yaml) is replaced
+// wherever the data can hold it, as the hostname ones are.
+func TestSubstituteAddress(t *testing.T) {
+	vars := Vars{Hostname: "node-0", LocalIPv4: "172.18.0.5"}
+	for _, tc := range []struct {
+		name   string
+		format Format
+		data   string
+		want   []Step
+	}{
+		{"kubeadm configuration", FormatCloudConfig, `write_files:
+- path: /run/kubeadm/kubeadm.yaml
+  content: |
+    kind: InitConfiguration
+    localAPIEndpoint:
+      advertiseAddress: '{{ ds.meta_data.local_ipv4 }}'
+    nodeRegistration:
+      kubeletExtraArgs:
+      - name: node-ip
+        value: "{{ds.meta_data.local_ipv4}}"
+`, []Step{file("/run/kubeadm/kubeadm.yaml", `kind: InitConfiguration
+localAPIEndpoint:
+  advertiseAddress: '172.18.0.5'
+nodeRegistration:
+  kubeletExtraArgs:
+  - name: node-ip
+    value: "172.18.0.5"
+`, 0o644, "", false)}},
+		{"command list", FormatCloudConfig, "runcmd:\n- [ip, route, get, \"{{  ds.meta_data.local_ipv4  }}\"]\n",
+			[]Step{cmd("run ip route get 172.18.0.5", "ip", "route", "get", "172.18.0.5")}},
+		{"shell command", FormatCloudConfig, "runcmd:\n- echo {{ ds.meta_data.local_ipv4 }} {{ ds.meta_data.hostname }} >> /etc/hosts\n",
+			[]Step{sh("run echo 172.18.0.5 node-0 >> /etc/hosts", "echo 172.18.0.5 node-0 >> /etc/hosts")}},
+		{"ignition path and content", FormatIgnition,
+			`{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/{{ds.meta_data.local_ipv4}}","contents":{"source":"data:,{{ds.meta_data.local_ipv4}}"}}]}}`,
+			[]Step{file("/etc/172.18.0.5", "172.18.0.5", 0o644, "", false)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			steps, err := Plan(tc.format, []byte(tc.data), vars)
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertSteps(t, steps, tc.want)
 		})
 	}
 }
@@ -412,6 +466,14 @@ func TestErrors(t *testing.T) {
 		{"runcmd empty list", FormatCloudConfig, "runcmd:\n- []\n", Vars{}, ErrMalformed, "runcmd[0]: empty command"},
 		{"runcmd nested list", FormatCloudConfig, "runcmd:\n- [echo, [x]]\n", Vars{}, ErrMalformed, "runcmd[0][1]: not a string"},
 		{"hostname needed", FormatCloudConfig, "runcmd:\n- echo {{ ds.meta_data.hostname }}\n", Vars{}, ErrMissingHostname, "{{ ds.meta_data.hostname }}"},
+		{"address needed in a command", FormatCloudConfig, "runcmd:\n- [echo, \"{{ds.meta_data.local_ipv4}}\"]\n", Vars{Hostname: "h"}, ErrMissingAddress,
+			`command "run echo {{ds.meta_data.local_ipv4}}" uses {{ds.meta_data.local_ipv4}}`},
+		{"address needed in a file", FormatCloudConfig, "write_files:\n- {path: /a, content: 'node-ip: {{ ds.meta_data.local_ipv4 }}'}\n", Vars{Hostname: "h"}, ErrMissingAddress,
+			"file /a uses {{ ds.meta_data.local_ipv4 }}"},
+		{"address needed in a path", FormatIgnition, `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/{{ds.meta_data.local_ipv4}}"}]}}`, Vars{Hostname: "h"}, ErrMissingAddress,
+			"path /etc/{{ds.meta_data.local_ipv4}} uses"},
+		{"hostname needed though the address is given", FormatCloudConfig, "runcmd:\n- echo {{ v1.local_hostname }} {{ ds.meta_data.local_ipv4 }}\n", Vars{LocalIPv4: "10.0.0.1"},
+			ErrMissingHostname, "{{ v1.local_hostname }}"},
 		{"ignition not JSON", FormatIgnition, "{", Vars{}, ErrMalformed, "not a JSON object"},
 		{"ignition no version", FormatIgnition, `{"storage":{}}`, Vars{}, ErrMalformed, "no ignition section"},
 		{"ignition old version", FormatIgnition, `{"ignition":{"version":"1.0.0"}}`, Vars{}, ErrMalformed, `unsupported ignition.version "1.0.0"`},

@@ -49,7 +49,7 @@ func TestDryRunApply(t *testing.T) {
 	kc := kubeconfig(t, env.Config)
 	for flavor := range flavors {
 		t.Run("flavor="+flavor, func(t *testing.T) {
-			tmpl, err := generate(ctx, newClusterctl(t, nil), flavor, kc)
+			tmpl, err := generate(ctx, newClusterctl(t, flavorSettings[flavor]), flavor, kc)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,7 +2,10 @@ package clusterctl
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +16,8 @@ import (
 	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/capct/cluster-api-provider-container/internal/provisioning"
 )
 
 const (
@@ -35,6 +40,15 @@ var flavors = map[string][]string{
 		"CAPCT_POD_CIDR", "CAPCT_POD_CIDR_IPV6", "CAPCT_SERVICE_CIDR", "CAPCT_SERVICE_CIDR_IPV6", "CAPCT_SERVICE_DOMAIN"},
 	"topology": {"CAPCT_LB_IMAGE", "CAPCT_NETWORK", "CAPCT_NETWORK_MODE", "CAPCT_NODE_IMAGE_REPOSITORY", "CAPCT_NODE_MASK_SIZE", "CAPCT_POD_CIDR",
 		"CAPCT_SERVICE_CIDR", "CAPCT_SERVICE_DOMAIN"},
+	"multihost": {"CAPCT_ENGINES", "CAPCT_LB_IMAGE", "CAPCT_NETWORK", "CAPCT_NETWORK_MODE", "CAPCT_NODE_IMAGE", "CAPCT_NODE_MASK_SIZE",
+		"CAPCT_POD_CIDR", "CAPCT_SERVICE_CIDR", "CAPCT_SERVICE_DOMAIN"},
+}
+
+// flavorSettings are the variables without a default that a flavor needs,
+// set as a user would in clusterctl.yaml.
+var flavorSettings = map[string]map[string]string{
+	// As docs/templates.md says to write it: a YAML flow list.
+	"multihost": {"CAPCT_ENGINES": "[{name: engine-a}, {name: engine-b, controlPlane: false}]"},
 }
 
 var commonVariables = []string{"CLUSTER_NAME", "CONTROL_PLANE_MACHINE_COUNT", "KUBERNETES_VERSION", "NAMESPACE", "WORKER_MACHINE_COUNT"}
@@ -231,7 +245,7 @@ func TestGenerateCluster(t *testing.T) {
 
 	for flavor, vars := range flavors {
 		t.Run("flavor="+flavor, func(t *testing.T) {
-			tmpl, err := generate(ctx, c, flavor, kc)
+			tmpl, err := generate(ctx, newClusterctl(t, flavorSettings[flavor]), flavor, kc)
 			if err != nil {
 				t.Fatalf("clusterctl generate cluster --flavor %q: %v", flavor, err)
 			}
@@ -240,6 +254,9 @@ func TestGenerateCluster(t *testing.T) {
 				t.Errorf("variables = %v\nwant        %v", got, want)
 			}
 			checkRendered(t, flavor, tmpl.Objs())
+			if flavor == "multihost" {
+				checkMultihost(t, tmpl.Objs())
+			}
 		})
 	}
 
@@ -377,6 +394,88 @@ func checkRendered(t *testing.T, flavor string, objs []unstructured.Unstructured
 	if flavor != "topology" && images == 0 {
 		t.Errorf("flavor %q sets no node image", flavor)
 	}
+}
+
+// checkMultihost checks what the multihost flavor adds to the default one
+// (docs/multihost.md, section 4 "Node addresses"): the engines as the user
+// listed them, workers free to spread over them, and every node's kubelet
+// and control plane on its cluster-network address, in a variable CAPCT's
+// bootstrap replaces.
+func checkMultihost(t *testing.T, objs []unstructured.Unstructured) {
+	t.Helper()
+	var nodeIPs, endpoints int
+	// address checks that value becomes the machine's address.
+	address := func(what, value string) {
+		t.Helper()
+		if got := bootstrapped(t, value); got != "172.18.0.5" {
+			t.Errorf("%s = %q, which CAPCT's bootstrap makes %q, not the machine's address", what, value, got)
+		}
+	}
+	nodeIP := func(what string, nr map[string]any) {
+		t.Helper()
+		args, _, _ := unstructured.NestedSlice(nr, "kubeletExtraArgs")
+		for _, a := range args {
+			if m, ok := a.(map[string]any); ok && m["name"] == "node-ip" {
+				nodeIPs++
+				address(what+" node-ip", fmt.Sprint(m["value"]))
+			}
+		}
+	}
+	for _, o := range objs {
+		what := o.GetKind() + " " + o.GetName()
+		switch o.GetKind() {
+		case "ContainerCluster":
+			engines, _, _ := unstructured.NestedSlice(o.Object, "spec", "engines")
+			want := []any{map[string]any{"name": "engine-a"}, map[string]any{"name": "engine-b", "controlPlane": false}}
+			if !reflect.DeepEqual(engines, want) {
+				t.Errorf("%s: engines = %v, want %v", what, engines, want)
+			}
+		case "MachineDeployment":
+			if fd, ok, _ := unstructured.NestedString(o.Object, "spec", "template", "spec", "failureDomain"); ok {
+				t.Errorf("%s: failureDomain %q keeps the workers on one engine", what, fd)
+			}
+		case "KubeadmControlPlane":
+			spec, _, _ := unstructured.NestedMap(o.Object, "spec", "kubeadmConfigSpec")
+			for _, path := range [][]string{
+				{"initConfiguration", "localAPIEndpoint", "advertiseAddress"},
+				{"joinConfiguration", "controlPlane", "localAPIEndpoint", "advertiseAddress"},
+			} {
+				v, _, _ := unstructured.NestedString(spec, path...)
+				endpoints++
+				address(what+" "+strings.Join(path, "."), v)
+			}
+			for _, phase := range []string{"initConfiguration", "joinConfiguration"} {
+				nr, _, _ := unstructured.NestedMap(spec, phase, "nodeRegistration")
+				nodeIP(what+" "+phase, nr)
+			}
+		case "KubeadmConfigTemplate":
+			join, _, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec", "joinConfiguration")
+			if _, ok := join["controlPlane"]; ok {
+				t.Errorf("%s: a worker with joinConfiguration.controlPlane would join as a control plane", what)
+			}
+			nr, _, _ := unstructured.NestedMap(join, "nodeRegistration")
+			nodeIP(what+" joinConfiguration", nr)
+		}
+	}
+	if nodeIPs != 3 || endpoints != 2 {
+		t.Errorf("%d node-ip kubelet args and %d advertise addresses, want 3 (init, join, workers) and 2 (init, join)", nodeIPs, endpoints)
+	}
+}
+
+// bootstrapped is value as CAPCT's bootstrap writes it into a node whose
+// container is at 172.18.0.5 on the cluster network.
+func bootstrapped(t *testing.T, value string) string {
+	t.Helper()
+	quoted, err := json.Marshal(value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, err := provisioning.Plan(provisioning.FormatCloudConfig, []byte("write_files:\n- {path: /v, content: "+string(quoted)+"}\n"),
+		provisioning.Vars{Hostname: "node-0", LocalIPv4: "172.18.0.5"})
+	if err != nil {
+		t.Fatalf("%q: %v", value, err)
+	}
+	return string(steps[0].File.Content)
 }
 
 func hasArg(args []any, name, value string) bool {
