@@ -159,6 +159,17 @@ const (
 	// its ContainerEngine from another engine that holds it; the message
 	// says how far. The machine launches once the copy ends.
 	CopyingImageReason = "CopyingImage"
+	// EngineNotInSwarmReason: a ContainerCluster lists several engines,
+	// and one of them is in no swarm, so the cluster's overlay network
+	// cannot reach it.
+	EngineNotInSwarmReason = "EngineNotInSwarm"
+	// NoSwarmManagerReason: the first engine of a ContainerCluster on
+	// several engines is not a swarm manager, and only a manager creates
+	// (and shows) the cluster's overlay network.
+	NoSwarmManagerReason = "NoSwarmManager"
+	// SwarmMismatchReason: the engines of a ContainerCluster are in
+	// different swarms, which no overlay network spans.
+	SwarmMismatchReason = "SwarmMismatch"
 	// HostPathNotFoundReason: a host path of spec.extraMounts does not
 	// exist on the container host. CAPCT does not create it; the machine
 	// launches once it exists.

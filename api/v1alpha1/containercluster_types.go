@@ -54,9 +54,11 @@ type ContainerClusterSpec struct {
 	// Nothing is made for the cluster until every engine exists, allows
 	// its namespace and is reached (EnginesReady). The manager must reach
 	// the first engine's container network, where the load balancer is.
-	// Several engines need an overlay network that is not built yet: such
-	// a cluster gets EnginesReady=False (NotSupportedYet)
-	// (docs/multihost.md).
+	// A cluster on one engine runs on that engine's own bridge network; a
+	// cluster on several, on an attachable overlay network of the swarm
+	// they are in, whose manager is the first engine (docs/multihost.md).
+	// So a cluster created on one engine stays on one, and one created on
+	// several keeps several.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -243,6 +245,7 @@ type ContainerCluster struct {
 	// +kubebuilder:validation:XValidation:rule="(has(self.network) && has(self.network.mode) ? self.network.mode : 'Managed') == (has(oldSelf.network) && has(oldSelf.network.mode) ? oldSelf.network.mode : 'Managed')",message="network.mode is immutable, also by adding or removing spec.network: CAPCT would delete or leak a network it did not make",fieldPath=".network.mode"
 	// +kubebuilder:validation:XValidation:rule="(has(self.network) && has(self.network.ipFamily) ? self.network.ipFamily : '') == (has(oldSelf.network) && has(oldSelf.network.ipFamily) ? oldSelf.network.ipFamily : '')",message="network.ipFamily is immutable, also by adding or removing spec.network: the network and the nodes' addresses cannot change family on a live cluster",fieldPath=".network.ipFamily"
 	// +kubebuilder:validation:XValidation:rule="has(self.engines) == has(oldSelf.engines) && (!has(self.engines) || self.engines[0].name == oldSelf.engines[0].name)",message="engines cannot be added to a cluster or removed from it, and its first engine, which holds the load balancer, never changes",fieldPath=".engines"
+	// +kubebuilder:validation:XValidation:rule="!has(self.engines) || !has(oldSelf.engines) || (size(self.engines) > 1) == (size(oldSelf.engines) > 1)",message="a cluster on one engine stays on one, and a cluster on several keeps several: the first runs on the engine's own bridge network, the second on an overlay network that spans the engines",fieldPath=".engines"
 	Spec ContainerClusterSpec `json:"spec,omitempty"`
 	// +optional
 	Status ContainerClusterStatus `json:"status,omitempty"`

@@ -107,6 +107,12 @@ func TestEnginesAreValidated(t *testing.T) {
 			want: "engines cannot be added to a cluster or removed from it"},
 		{name: "a cluster's first engine changed", before: clusterOnEngines("c7", "engine-a", "engine-b"), obj: clusterOnEngines("c7", "engine-b", "engine-a"),
 			want: "its first engine, which holds the load balancer, never changes"},
+		// One engine's network is its own bridge, several engines' an
+		// overlay: the network cannot follow such a change.
+		{name: "a second engine added", before: clusterOnEngines("c8", "engine-a"), obj: clusterOnEngines("c8", "engine-a", "engine-b"),
+			want: "a cluster on one engine stays on one"},
+		{name: "a cluster on two engines cut to one", before: clusterOnEngines("c9", "engine-a", "engine-b"), obj: clusterOnEngines("c9", "engine-a"),
+			want: "a cluster on several keeps several"},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -133,16 +139,17 @@ func TestEnginesAreValidated(t *testing.T) {
 		})
 	}
 
-	// Adding a second engine keeps the first where it is: allowed.
-	before := clusterOnEngines("grows", "engine-a")
+	// Adding a third engine to an overlay cluster keeps the first where it
+	// is: allowed.
+	before := clusterOnEngines("grows", "engine-a", "engine-b")
 	if err := env.Client.Create(ctx, before); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, before) })
-	after := clusterOnEngines("grows", "engine-a", "engine-b")
+	after := clusterOnEngines("grows", "engine-a", "engine-b", "engine-c")
 	after.SetResourceVersion(before.GetResourceVersion())
 	if err := env.Client.Update(ctx, after); err != nil {
-		t.Errorf("adding a second engine was refused: %v", err)
+		t.Errorf("adding a third engine was refused: %v", err)
 	}
 }
 

@@ -391,8 +391,15 @@ func (r *Reconciler) ensureNetwork(ctx context.Context, cluster *clusterv1.Clust
 		return nil, err
 	}
 	var n container.Network
+	overlay := len(r.Engines.ForCluster(cc)) > 1
 	if cc.Spec.Network.Mode != infrav1.NetworkUnmanaged {
-		n, err = rt.EnsureNetwork(ctx, container.NetworkSpec{Name: name, Owner: naming.ClusterOwner(cluster, cc), IPFamily: family})
+		spec := container.NetworkSpec{Name: name, Owner: naming.ClusterOwner(cluster, cc), IPFamily: family, Overlay: overlay}
+		if overlay {
+			if spec.Avoid, err = r.localSubnets(ctx, cc); err != nil {
+				return nil, err
+			}
+		}
+		n, err = rt.EnsureNetwork(ctx, spec)
 		if err != nil {
 			return nil, err
 		}
@@ -407,8 +414,41 @@ func (r *Reconciler) ensureNetwork(ctx context.Context, cluster *clusterv1.Clust
 		if family.HasIPv4() && !n.IPv4Subnet.IsValid() || family.HasIPv6() && !n.IPv6Subnet.IsValid() {
 			return nil, fmt.Errorf("the Unmanaged network %q (subnets %v %v) lacks a subnet for IP family %s", name, n.IPv4Subnet, n.IPv6Subnet, family)
 		}
+		if overlay && !n.Overlay {
+			return nil, fmt.Errorf("the Unmanaged network %q is local to the first engine, and a cluster on several engines needs an attachable overlay network of their swarm (docker network create --driver overlay --attachable)", name)
+		}
 	}
 	return []netip.Prefix{n.IPv4Subnet, n.IPv6Subnet}, nil
+}
+
+// gatewayBridges are the local networks every engine of a swarm has, whose
+// subnets an overlay must not overlap: the default bridge, and the bridge
+// through which containers on an overlay reach the outside.
+var gatewayBridges = []string{"bridge", "docker_gwbridge"}
+
+// localSubnets lists the subnets of the local networks of cc's engines that
+// its overlay network must not overlap. An engine only shows its own local
+// networks; the Docker runtime avoids the first engine's default bridge by
+// itself.
+func (r *Reconciler) localSubnets(ctx context.Context, cc *infrav1.ContainerCluster) ([]netip.Prefix, error) {
+	var subnets []netip.Prefix
+	for _, engine := range r.Engines.ForCluster(cc) {
+		rt, err := r.Engines.Get(engine)
+		if err != nil {
+			return nil, fmt.Errorf("failed to reach engine %q of ContainerCluster %s: %w", engine, klog.KObj(cc), err)
+		}
+		for _, name := range gatewayBridges {
+			n, err := rt.InspectNetwork(ctx, name)
+			if container.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("failed to read network %s of engine %q: %w", name, engine, err)
+			}
+			subnets = append(subnets, n.IPv4Subnet)
+		}
+	}
+	return subnets, nil
 }
 
 // removeOrphans deletes the cluster's node containers whose ContainerMachine

@@ -82,16 +82,15 @@ func (r *Reconciler) reconcileEngines(ctx context.Context, cc *infrav1.Container
 // checkEngines reports whether the engines cc lists can run its machines:
 // each exists, allows cc's namespace (engines.AllowsNamespace, asked again
 // on every pass because an admin can narrow an engine after admission),
-// and is reached. It returns an *enginesNotReady for the first that
-// cannot, and other errors when the API fails. A cluster on more than one
-// engine needs the overlay network (docs/multihost.md, step 6), which is
-// not built: it is refused once its engines are otherwise ready, so that
-// the user learns first of what they can fix.
+// and is reached; several engines must also share a swarm (checkSwarm).
+// It returns an *enginesNotReady for the first that cannot, and other
+// errors when the API fails.
 func (r *Reconciler) checkEngines(ctx context.Context, cc *infrav1.ContainerCluster) error {
 	ns := &corev1.Namespace{}
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: cc.Namespace}, ns); err != nil {
 		return fmt.Errorf("failed to get Namespace %s of ContainerCluster %s: %w", cc.Namespace, klog.KObj(cc), err)
 	}
+	found := make([]*infrav1.ContainerEngine, 0, len(cc.Spec.Engines))
 	for _, listed := range cc.Spec.Engines {
 		engine := &infrav1.ContainerEngine{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Name: listed.Name}, engine); apierrors.IsNotFound(err) {
@@ -120,10 +119,41 @@ func (r *Reconciler) checkEngines(ctx context.Context, cc *infrav1.ContainerClus
 		case available.Status != metav1.ConditionTrue:
 			return &enginesNotReady{available.Reason, fmt.Sprintf("ContainerEngine %s: %s", listed.Name, available.Message)}
 		}
+		found = append(found, engine)
 	}
-	if len(cc.Spec.Engines) > 1 {
+	if len(found) > 1 {
+		return checkSwarm(cc, found)
+	}
+	return nil
+}
+
+// checkSwarm reports whether engines, the ContainerEngines of a cluster on
+// several, can share its overlay network: each is in a swarm, the first,
+// which makes the network and holds the load balancer, manages it, and
+// every manager among them is of the first one's swarm. A worker does not
+// know its swarm's ID, so a worker of another swarm shows only when its
+// machines cannot reach the others.
+func checkSwarm(cc *infrav1.ContainerCluster, listed []*infrav1.ContainerEngine) error {
+	if family := cc.Spec.Network.IPFamily; family != "" && family != infrav1.IPv4Family {
 		return &enginesNotReady{infrav1.NotSupportedYetReason, fmt.Sprintf(
-			"spec.engines lists %d engines: machines on several engines need the overlay network, which is not built yet (docs/multihost.md); a cluster may list one engine", len(cc.Spec.Engines))}
+			"spec.network.ipFamily is %s: the overlay network of a cluster on several engines is IPv4 only, until IPv6 on overlays is verified (docs/multihost.md)", family)}
+	}
+	for _, e := range listed {
+		if e.Status.Swarm == nil || e.Status.Swarm.NodeID == "" {
+			return &enginesNotReady{infrav1.EngineNotInSwarmReason, fmt.Sprintf(
+				"ContainerEngine %s is in no swarm: a cluster on several engines runs on an overlay network of the swarm they are in; join it to the first engine's swarm (docs/multihost.md)", e.Name)}
+		}
+	}
+	first := listed[0]
+	if !first.Status.Swarm.Manager {
+		return &enginesNotReady{infrav1.NoSwarmManagerReason, fmt.Sprintf(
+			"ContainerEngine %s, the cluster's first engine, is not a manager of its swarm: only a manager makes the cluster's overlay network; list a manager first", first.Name)}
+	}
+	for _, e := range listed[1:] {
+		if id := e.Status.Swarm.ClusterID; e.Status.Swarm.Manager && id != first.Status.Swarm.ClusterID {
+			return &enginesNotReady{infrav1.SwarmMismatchReason, fmt.Sprintf(
+				"ContainerEngine %s is in swarm %s, and the first engine %s in swarm %s: no overlay network spans two swarms", e.Name, id, first.Name, first.Status.Swarm.ClusterID)}
+		}
 	}
 	return nil
 }

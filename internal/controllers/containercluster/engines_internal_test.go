@@ -2,6 +2,7 @@ package containercluster
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +102,90 @@ func TestAClusterWaitingForItsEnginesLooksAgain(t *testing.T) {
 				t.Fatalf("RequeueAfter = %s, want a recheck: %v", res.RequeueAfter, tc.wantRecheck)
 			}
 		})
+	}
+}
+
+// TestCheckSwarm covers what lets several engines share a cluster's
+// overlay network.
+func TestCheckSwarm(t *testing.T) {
+	engine := func(name string, swarm *infrav1.SwarmMembership) *infrav1.ContainerEngine {
+		return &infrav1.ContainerEngine{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: infrav1.ContainerEngineStatus{Swarm: swarm}}
+	}
+	manager := func(node, cluster string) *infrav1.SwarmMembership {
+		return &infrav1.SwarmMembership{NodeID: node, ClusterID: cluster, Manager: true}
+	}
+	worker := &infrav1.SwarmMembership{NodeID: "n2"}
+	for _, tc := range []struct {
+		name    string
+		family  infrav1.IPFamily
+		engines []*infrav1.ContainerEngine
+		reason  string // "" when the engines can run the cluster
+		names   string
+	}{
+		{"a manager and a worker", "", []*infrav1.ContainerEngine{engine("a", manager("n1", "s1")), engine("b", worker)}, "", ""},
+		{"two managers of one swarm", infrav1.IPv4Family, []*infrav1.ContainerEngine{engine("a", manager("n1", "s1")), engine("b", manager("n2", "s1"))}, "", ""},
+		{"an engine in no swarm", "", []*infrav1.ContainerEngine{engine("a", manager("n1", "s1")), engine("b", nil)}, infrav1.EngineNotInSwarmReason, "b is in no swarm"},
+		{"a membership without a node", "", []*infrav1.ContainerEngine{engine("a", &infrav1.SwarmMembership{}), engine("b", worker)}, infrav1.EngineNotInSwarmReason, "a is in no swarm"},
+		{"a worker first", "", []*infrav1.ContainerEngine{engine("b", worker), engine("a", manager("n1", "s1"))}, infrav1.NoSwarmManagerReason, "b, the cluster's first engine"},
+		{"managers of two swarms", "", []*infrav1.ContainerEngine{engine("a", manager("n1", "s1")), engine("b", manager("n2", "s2"))}, infrav1.SwarmMismatchReason, "b is in swarm s2"},
+		{"IPv6", infrav1.DualStackFamily, []*infrav1.ContainerEngine{engine("a", manager("n1", "s1")), engine("b", worker)}, infrav1.NotSupportedYetReason, "IPv4 only"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cc := &infrav1.ContainerCluster{Spec: infrav1.ContainerClusterSpec{Network: infrav1.NetworkSpec{IPFamily: tc.family}}}
+			err := checkSwarm(cc, tc.engines)
+			if tc.reason == "" {
+				if err != nil {
+					t.Fatalf("want the engines to run the cluster, got %v", err)
+				}
+				return
+			}
+			notReady, ok := err.(*enginesNotReady)
+			if !ok || notReady.reason != tc.reason || !strings.Contains(notReady.message, tc.names) {
+				t.Fatalf("want %s naming %q, got %#v", tc.reason, tc.names, err)
+			}
+		})
+	}
+}
+
+// TestTheNetworkOfAClusterOnSeveralEnginesIsAnOverlay ensures the network
+// of a cluster on two engines: an overlay made on the first engine, clear
+// of the local networks of both, and nothing on the second.
+func TestTheNetworkOfAClusterOnSeveralEnginesIsAnOverlay(t *testing.T) {
+	ctx := context.Background()
+	a, b := fake.New(nil), fake.New(nil)
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1", UID: "uid-1"}}
+	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}, Spec: infrav1.ContainerClusterSpec{
+		ClusterID: "uid-1", Engines: []infrav1.ClusterEngine{{Name: "a"}, {Name: "b"}}}}
+	name := "capct-c1"
+	// Engine b's docker_gwbridge sits on the subnet the name derives
+	// first: an overlay there would leave b's nodes two routes to it.
+	first, _ := container.Subnets(name, 0)
+	b.AddNetwork(container.Network{Name: "docker_gwbridge", IPv4Subnet: first}, true)
+	r := &Reconciler{Engines: engines.Named(map[string]container.Runtime{"a": a, "b": b})}
+
+	subnets, err := r.ensureNetwork(ctx, cluster, cc, name, container.IPv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := a.InspectNetwork(ctx, name)
+	if err != nil {
+		t.Fatalf("the overlay is not on the first engine: %v", err)
+	}
+	if !n.Overlay || subnets[0] != n.IPv4Subnet {
+		t.Fatalf("want an overlay, got %+v (subnets %v)", n, subnets)
+	}
+	if n.IPv4Subnet.Overlaps(first) {
+		t.Fatalf("the overlay %s overlaps engine b's docker_gwbridge %s", n.IPv4Subnet, first)
+	}
+	if _, err := b.InspectNetwork(ctx, name); !container.IsNotFound(err) {
+		t.Fatalf("a network was made on the second engine too: %v", err)
+	}
+
+	// An Unmanaged network that is local to the first engine cannot carry
+	// a cluster on several engines.
+	a.AddNetwork(container.Network{Name: "shared", IPv4Subnet: netip.MustParsePrefix("10.9.0.0/24")}, true)
+	cc.Spec.Network = infrav1.NetworkSpec{Name: "shared", Mode: infrav1.NetworkUnmanaged}
+	if _, err := r.ensureNetwork(ctx, cluster, cc, "shared", container.IPv4); err == nil || !strings.Contains(err.Error(), "overlay") {
+		t.Fatalf("want a local Unmanaged network refused for a cluster on several engines, got %v", err)
 	}
 }

@@ -171,11 +171,12 @@ func TestClusterRunsOnTheEngineItLists(t *testing.T) {
 	g.Expect(made).To(BeEmpty())
 }
 
-// TestClusterOnSeveralEnginesIsRefusedUntilBuilt lists two engines that
-// allow the cluster, which the API accepts before the overlay network
-// exists (docs/multihost.md): the cluster must say so in EnginesReady and
+// TestClusterOnEnginesOutsideASwarmIsRefused lists two engines that allow
+// the cluster, on the engine the tests run on, which is in no swarm: a
+// cluster on several engines runs on an overlay network of their swarm
+// (docs/multihost.md), so the cluster must say so in EnginesReady and
 // Ready, make nothing, and still be deleted cleanly.
-func TestClusterOnSeveralEnginesIsRefusedUntilBuilt(t *testing.T) {
+func TestClusterOnEnginesOutsideASwarmIsRefused(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	// Engines that allow every namespace: the cluster's is made with it.
@@ -184,9 +185,9 @@ func TestClusterOnSeveralEnginesIsRefusedUntilBuilt(t *testing.T) {
 		cc.Spec.Engines = []infrav1.ClusterEngine{{Name: a.Name}, {Name: b.Name, ControlPlane: ptr.To(false)}}
 	})
 
-	enginesReady(ctx, g, cc, metav1.ConditionFalse, infrav1.NotSupportedYetReason)
-	g.Expect(conditions.Get(cc, infrav1.EnginesReadyCondition).Message).To(ContainSubstring("spec.engines"))
-	g.Expect(conditions.Get(cc, infrav1.ReadyCondition).Reason).To(Equal(infrav1.NotSupportedYetReason), "Ready must say why the cluster has no infrastructure")
+	enginesReady(ctx, g, cc, metav1.ConditionFalse, infrav1.EngineNotInSwarmReason)
+	g.Expect(conditions.Get(cc, infrav1.EnginesReadyCondition).Message).To(ContainSubstring(a.Name + " is in no swarm"))
+	g.Expect(conditions.Get(cc, infrav1.ReadyCondition).Reason).To(Equal(infrav1.EngineNotInSwarmReason), "Ready must say why the cluster has no infrastructure")
 	expectNothingMade(ctx, g, cc, cluster)
 	deleteCluster(ctx, g, cc, cluster)
 }
