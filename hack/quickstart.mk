@@ -56,11 +56,12 @@ test-podman: ## Podman as the engine: the runtime behaviour suite against rootfu
 		QUICKSTART_OUT=$(CURDIR)/out/podman-test hack/quickstart/quickstart.sh smoke
 
 .PHONY: test-multihost
-test-multihost: ## A second engine in a network namespace of its own, reached only over TCP+TLS: the runtime behaviour suite through engines.Connect, the overlay across both, a lost engine, and the load balancer's image copied to it; the engine removed after (docs/multihost.md)
+test-multihost: ## A second engine in a network namespace of its own, reached only over TCP+TLS: the runtime behaviour suite through engines.Connect, the overlay across both, a lost engine, the load balancer's image copied to it, and a real cluster on both engines; the engine removed after (docs/multihost.md)
 	hack/ensure-docker.sh
 	hack/multihost/engine.sh up
 	set -a; . out/multihost/engine.env; set +a; \
-		go test -count=1 -v ./test/multihost/; rc=$$?; \
+		go test -count=1 -v ./test/multihost/ && \
+		QUICKSTART_VERSION=$(QUICKSTART_VERSION) hack/multihost/cluster-test.sh; rc=$$?; \
 		hack/multihost/engine.sh down; exit $$rc
 
 .PHONY: test-restart

@@ -6,7 +6,8 @@
 #
 #   engine.sh up     namespace, link, certificates, engine 2, and both
 #                    engines in one swarm; writes out/multihost/engine.env
-#                    (MH_ENDPOINT, MH_PKI, MH_DATA_ROOT, MH_OVERLAY_CIDR)
+#                    (MH_ENDPOINT, MH_PKI, MH_DATA_ROOT, MH_OVERLAY_CIDR,
+#                    MH_CLUSTER_CIDR, MH_SOCKET)
 #   engine.sh down   stops engine 2 and removes everything up made;
 #                    idempotent, and run by up itself when up fails
 #
@@ -46,6 +47,9 @@ swarm_made=$out/swarm-made
 # is 10.0.0.0/8), and the subnet, outside it, of the tests' overlay network.
 addr_pool=${MH_ADDR_POOL:-10.254.64.0/18}
 overlay_cidr=${MH_OVERLAY_CIDR:-10.254.128.0/24}
+# The overlay network the test cluster runs on (cluster-test.sh), outside
+# both.
+cluster_cidr=${MH_CLUSTER_CIDR:-10.254.144.0/20}
 
 base=${link_cidr%/*}
 host_addr=${base%.*}.$((${base##*.} + 1))
@@ -148,7 +152,8 @@ up() {
     engine2 swarm join --token "$(docker swarm join-token -q worker)" \
       --advertise-addr "$ns_addr" --listen-addr "$ns_addr:2377" "$host_addr:2377" >/dev/null
   fi
-  printf 'MH_ENDPOINT=%s\nMH_PKI=%s\nMH_DATA_ROOT=%s\nMH_OVERLAY_CIDR=%s\n' "$endpoint" "$pki" "$data_root" "$overlay_cidr" >"$out/engine.env"
+  printf 'MH_ENDPOINT=%s\nMH_PKI=%s\nMH_DATA_ROOT=%s\nMH_OVERLAY_CIDR=%s\nMH_CLUSTER_CIDR=%s\nMH_SOCKET=%s\n' \
+    "$endpoint" "$pki" "$data_root" "$overlay_cidr" "$cluster_cidr" "unix://$socket" >"$out/engine.env"
   log "engine 2 (Docker $(engine2 version --format '{{.Server.Version}}')) answers on $endpoint with TLS; $out/engine.env"
   finish
 }

@@ -153,3 +153,52 @@ func nthAddr(p netip.Prefix, n int) netip.Addr {
 	}
 	return a
 }
+
+// TestEnsureNetworkMakesAnOverlay makes a cluster's network as CAPCT makes
+// that of a cluster on several engines: EnsureNetwork with Overlay on the
+// swarm's manager, avoiding engine 2's local networks. The network must be
+// an attachable overlay that engine 2's containers join, reported as one,
+// and adopted again by its owner.
+func TestEnsureNetworkMakesAnOverlay(t *testing.T) {
+	ctx := runtimetest.Ctx(t)
+	one, two := dockertest.NewRuntime(t), engine2(t).Runtime
+	suffix := runtimetest.RandomSuffix()
+	owner := container.Owner{Namespace: "multihost", Cluster: "ensure", ClusterID: suffix}
+	var avoid []netip.Prefix
+	for _, rt := range []*docker.Runtime{one, two} {
+		if n, err := rt.InspectNetwork(ctx, "docker_gwbridge"); err == nil {
+			avoid = append(avoid, n.IPv4Subnet)
+		}
+	}
+	spec := container.NetworkSpec{Name: "capct-mh-ensure-" + suffix, Owner: owner, Overlay: true, Avoid: avoid}
+	n, err := one.EnsureNetwork(ctx, spec)
+	if err != nil {
+		t.Fatalf("EnsureNetwork of an overlay on engine 1: %v", err)
+	}
+	t.Cleanup(func() { _ = one.DeleteNetwork(context.Background(), spec.Name, owner) })
+	if !n.Overlay || !n.IPv4Subnet.IsValid() {
+		t.Fatalf("want an overlay with a subnet, got %+v", n)
+	}
+	for _, p := range avoid {
+		if n.IPv4Subnet.Overlaps(p) {
+			t.Fatalf("the overlay %s overlaps a docker_gwbridge (%s)", n.IPv4Subnet, p)
+		}
+	}
+	if again, err := one.EnsureNetwork(ctx, spec); err != nil || again.ID != n.ID {
+		t.Fatalf("ensuring it again: %+v, %v; want the same network adopted", again, err)
+	}
+
+	image, err := dockertest.BusyboxImage(ctx, two)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := nthAddr(n.IPv4Subnet, 10)
+	b := run(t, two, owner, "b-"+suffix, spec.Name, image, addr)
+	if got := overlayAddr(t, two, b, spec.Name); got != addr {
+		t.Fatalf("%s runs on %s on engine 2, want %s", b, got, addr)
+	}
+	seen, err := two.InspectNetwork(ctx, spec.Name)
+	if err != nil || !seen.Overlay {
+		t.Fatalf("engine 2 sees %+v, %v; want the overlay", seen, err)
+	}
+}
