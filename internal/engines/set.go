@@ -116,23 +116,44 @@ type Owned struct {
 
 // ListOwned lists owner's containers that also match extra on every engine
 // of cc (container.ListOwned on each), so that what a cluster left on any of
-// its engines is found.
+// its engines is found. An engine that does not answer fails it: for
+// callers that must see every container, such as a cluster's deletion.
 func ListOwned(ctx context.Context, set Set, cc *infrav1.ContainerCluster, owner container.Owner, extra map[string]string) ([]Owned, error) {
-	var owned []Owned
+	owned, _, err := listOwned(ctx, set, cc, owner, extra, false)
+	return owned, err
+}
+
+// ListReachable is ListOwned on the engines of cc that answer, and names
+// those that do not: for callers that act on what they see and must go on
+// while a host is lost, such as the pod routes of the nodes that remain
+// (docs/multihost.md, section 6).
+func ListReachable(ctx context.Context, set Set, cc *infrav1.ContainerCluster, owner container.Owner, extra map[string]string) (owned []Owned, away []string, err error) {
+	return listOwned(ctx, set, cc, owner, extra, true)
+}
+
+func listOwned(ctx context.Context, set Set, cc *infrav1.ContainerCluster, owner container.Owner, extra map[string]string, skipAway bool) (owned []Owned, away []string, err error) {
 	for _, engine := range set.ForCluster(cc) {
 		rt, err := set.Get(engine)
+		if skipAway && container.IsUnreachable(err) {
+			away = append(away, engine)
+			continue
+		}
 		if err != nil {
-			return nil, fmt.Errorf("failed to reach engine %q: %w", engine, err)
+			return nil, nil, fmt.Errorf("failed to reach engine %q: %w", engine, err)
 		}
 		containers, err := container.ListOwned(ctx, rt, owner, extra)
+		if skipAway && container.IsUnreachable(err) {
+			away = append(away, engine)
+			continue
+		}
 		if err != nil {
-			return nil, fmt.Errorf("failed to list containers on engine %q: %w", engine, err)
+			return nil, nil, fmt.Errorf("failed to list containers on engine %q: %w", engine, err)
 		}
 		for _, c := range containers {
 			owned = append(owned, Owned{Machine: c, Engine: engine, Runtime: rt})
 		}
 	}
-	return owned, nil
+	return owned, away, nil
 }
 
 // Spanning returns, for a cluster on several engines, the runtimes of the

@@ -97,3 +97,32 @@ func TestNamedServesAndWatchesEveryEngine(t *testing.T) {
 		}
 	}
 }
+
+// TestListReachableGoesOnWithoutAnEngineThatIsAway lists a cluster's
+// containers on two engines, one of which does not answer: ListOwned must
+// fail, for callers that must see everything, and ListReachable must list
+// the other engine's containers and name the one away.
+func TestListReachableGoesOnWithoutAnEngineThatIsAway(t *testing.T) {
+	a, b := fake.New(clocktesting.NewFakeClock(time.Now())), fake.New(clocktesting.NewFakeClock(time.Now()))
+	env := runtimetest.NewEnv(t, a, "busybox", container.IPv4)
+	env.Running(t, "m1")
+	set := Named(map[string]container.Runtime{"a": a, "b": b})
+	cc := &infrav1.ContainerCluster{Spec: infrav1.ContainerClusterSpec{Engines: []infrav1.ClusterEngine{{Name: "a"}, {Name: "b"}}}}
+	away := func() {
+		b.FailNext(fake.OpList, container.NewError("list", "containers", "", container.KindUnreachable, fmt.Errorf("no route to host")))
+	}
+
+	away()
+	if _, err := ListOwned(runtimetest.Ctx(t), set, cc, env.Owner, nil); !container.IsUnreachable(err) {
+		t.Fatalf("ListOwned with engine b away: %v; want its error", err)
+	}
+	away()
+	owned, gone, err := ListReachable(runtimetest.Ctx(t), set, cc, env.Owner, nil)
+	if err != nil || len(owned) != 1 || owned[0].Engine != "a" || len(gone) != 1 || gone[0] != "b" {
+		t.Fatalf("ListReachable = %+v, away %q, %v; want m1 on a, and b away", owned, gone, err)
+	}
+	b.FailNext(fake.OpList, container.NewError("list", "containers", "", container.KindInvalid, fmt.Errorf("bad filter")))
+	if _, _, err := ListReachable(runtimetest.Ctx(t), set, cc, env.Owner, nil); err == nil {
+		t.Fatal("ListReachable hid an engine's error that is not its absence")
+	}
+}

@@ -144,7 +144,11 @@ func (s *Syncer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infra
 	for i := range machines.Items {
 		cidrsOf[machines.Items[i].Name] = nodeipam.Recorded(&machines.Items[i])
 	}
-	containers, err := engines.ListOwned(ctx, s.engines, cc, owner, nil)
+	// The nodes of an engine that does not answer are left out, and the
+	// other nodes' routes to them go until it answers again: their traffic
+	// has nowhere to go meanwhile, and the nodes that remain, and those
+	// that replace the lost ones, get their routes and CNI configuration.
+	containers, _, err := engines.ListReachable(ctx, s.engines, cc, owner, nil)
 	if err != nil {
 		return fmt.Errorf("failed to list the containers of Cluster %s: %w", klog.KObj(cluster), err)
 	}

@@ -456,7 +456,10 @@ func (r *Reconciler) localSubnets(ctx context.Context, cc *infrav1.ContainerClus
 // Only containers this cluster owns are ever considered.
 func (r *Reconciler) removeOrphans(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster, now time.Time) error {
 	owner := naming.ClusterOwner(cluster, cc)
-	containers, err := engines.ListOwned(ctx, r.Engines, cc, owner, nil)
+	// An engine that does not answer keeps its orphans until it does: the
+	// containers of machines whose deletion gave up on it are removed here
+	// then (lifecycle.Termination).
+	containers, _, err := engines.ListReachable(ctx, r.Engines, cc, owner, nil)
 	if err != nil {
 		return fmt.Errorf("failed to list the containers of Cluster %s: %w", klog.KObj(cluster), err)
 	}
@@ -492,6 +495,11 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Clu
 		return ctrl.Result{}, nil
 	}
 	if err := r.lb.Delete(ctx, cluster, cc); err != nil {
+		return ctrl.Result{}, err
+	}
+	// The containers of machines whose deletion gave up on an engine that
+	// did not answer, now that it may.
+	if err := r.removeOrphans(ctx, cluster, cc, now); err != nil {
 		return ctrl.Result{}, err
 	}
 	remaining, err := engines.ListOwned(ctx, r.Engines, cc, owner, nil)
