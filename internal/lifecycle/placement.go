@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
@@ -54,20 +55,24 @@ func RecordedEngine(cm *infrav1.ContainerMachine, cc *infrav1.ContainerCluster) 
 // choice is made. A cluster on the manager's own engine has nothing to
 // choose. Otherwise the machine waits while its cluster's engines are not
 // ready (the ContainerCluster's EnginesReady), so that no machine starts on
-// an engine that is gone or no longer allows its namespace. A failure
+// an engine that is gone or no longer allows its namespace; only engines
+// that do not answer (EngineUnreachable) let the others go on. A failure
 // domain names the engine, as the InfraMachine contract asks; it must be
-// one the cluster lists. Without one, the machine goes to the engine that
+// one the cluster lists, and the machine waits there for it to answer.
+// Without one, the machine goes to an engine that answers (answers) and
 // may run it (controlPlane for control-plane machines) and holds the
 // fewest of the cluster's machines (perEngine), the first listed on a tie,
-// so that a MachineDeployment without failure domains spreads its workers.
-func PlaceMachine(cc *infrav1.ContainerCluster, failureDomain string, controlPlane bool, perEngine map[string]int) (string, error) {
+// so that a MachineDeployment without failure domains spreads its workers,
+// and a lost host's machines are replaced on the others.
+func PlaceMachine(cc *infrav1.ContainerCluster, failureDomain string, controlPlane bool, perEngine map[string]int, answers map[string]bool) (string, error) {
 	if len(cc.Spec.Engines) == 0 {
 		return engines.Local, nil
 	}
-	if !conditions.IsTrue(cc, infrav1.EnginesReadyCondition) {
+	if ready := conditions.Get(cc, infrav1.EnginesReadyCondition); ready == nil ||
+		ready.Status != metav1.ConditionTrue && ready.Reason != infrav1.EngineUnreachableReason {
 		message := "the engines of ContainerCluster " + cc.Name + " are not ready"
-		if c := conditions.Get(cc, infrav1.EnginesReadyCondition); c != nil && c.Message != "" {
-			message += ": " + c.Message
+		if ready != nil && ready.Message != "" {
+			message += ": " + ready.Message
 		}
 		return "", &PlacementError{Reason: infrav1.WaitingForClusterInfrastructureReason, Message: message}
 	}
@@ -78,18 +83,23 @@ func PlaceMachine(cc *infrav1.ContainerCluster, failureDomain string, controlPla
 		}
 		return failureDomain, nil
 	}
-	best := ""
+	best, mayRun := "", false
 	for _, e := range cc.Spec.Engines {
 		if controlPlane && !ptr.Deref(e.ControlPlane, true) {
 			continue
 		}
-		if best == "" || perEngine[e.Name] < perEngine[best] {
+		mayRun = true
+		if answers[e.Name] && (best == "" || perEngine[e.Name] < perEngine[best]) {
 			best = e.Name
 		}
 	}
-	if best == "" {
+	switch {
+	case !mayRun:
 		return "", &PlacementError{Reason: infrav1.FailureDomainNotFoundReason, Message: fmt.Sprintf(
 			"no engine of ContainerCluster %s runs control-plane machines: every entry of spec.engines sets controlPlane to false", cc.Name)}
+	case best == "":
+		return "", &PlacementError{Reason: infrav1.WaitingForClusterInfrastructureReason, Message: fmt.Sprintf(
+			"no engine of ContainerCluster %s that may run the machine answers", cc.Name)}
 	}
 	return best, nil
 }

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +26,14 @@ func clusterOn(notReady bool, list ...infrav1.ClusterEngine) *infrav1.ContainerC
 	return cc
 }
 
+// awayFrom returns cc with its EnginesReady condition saying an engine
+// does not answer, as the ContainerCluster controller says it.
+func awayFrom(cc *infrav1.ContainerCluster) *infrav1.ContainerCluster {
+	cc.Status.Conditions = []metav1.Condition{{Type: infrav1.EnginesReadyCondition, Status: metav1.ConditionFalse,
+		Reason: infrav1.EngineUnreachableReason, Message: "ContainerEngine a does not answer"}}
+	return cc
+}
+
 func TestPlaceMachine(t *testing.T) {
 	a, b, c := infrav1.ClusterEngine{Name: "a"}, infrav1.ClusterEngine{Name: "b"}, infrav1.ClusterEngine{Name: "c"}
 	workersOnly := infrav1.ClusterEngine{Name: "a", ControlPlane: ptr.To(false)}
@@ -34,6 +43,7 @@ func TestPlaceMachine(t *testing.T) {
 		failureDomain string
 		controlPlane  bool
 		perEngine     map[string]int
+		away          []string // engines that do not answer
 		want          string
 		wantReason    string
 	}{
@@ -47,12 +57,21 @@ func TestPlaceMachine(t *testing.T) {
 		{name: "a worker may use workers-only engines", cc: clusterOn(false, workersOnly, b), perEngine: map[string]int{"b": 3}, want: "a"},
 		{name: "no engine takes control-plane machines", cc: clusterOn(false, workersOnly), controlPlane: true, wantReason: infrav1.FailureDomainNotFoundReason},
 		{name: "the cluster's engines are not ready", cc: clusterOn(true, a), wantReason: infrav1.WaitingForClusterInfrastructureReason},
+		{name: "an engine away: the machine goes to one that answers", cc: awayFrom(clusterOn(false, a, b)), away: []string{"a"},
+			perEngine: map[string]int{"a": 0, "b": 3}, want: "b"},
+		{name: "every engine that may run it is away", cc: awayFrom(clusterOn(false, workersOnly, b)), controlPlane: true, away: []string{"b"},
+			wantReason: infrav1.WaitingForClusterInfrastructureReason},
+		{name: "a failure domain on an engine that is away is kept", cc: awayFrom(clusterOn(false, a, b)), away: []string{"a"}, failureDomain: "a", want: "a"},
 		{name: "the cluster's engines were never checked", cc: &infrav1.ContainerCluster{Spec: infrav1.ContainerClusterSpec{Engines: []infrav1.ClusterEngine{a}}},
 			wantReason: infrav1.WaitingForClusterInfrastructureReason},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := PlaceMachine(tt.cc, tt.failureDomain, tt.controlPlane, tt.perEngine)
+			answers := map[string]bool{}
+			for _, e := range tt.cc.Spec.Engines {
+				answers[e.Name] = !slices.Contains(tt.away, e.Name)
+			}
+			got, err := PlaceMachine(tt.cc, tt.failureDomain, tt.controlPlane, tt.perEngine, answers)
 			var unplaced *PlacementError
 			switch {
 			case tt.wantReason != "" && !errors.As(err, &unplaced):

@@ -221,7 +221,7 @@ func TestEnginesAllowNamespaces(t *testing.T) {
 
 	// An engine narrowed after admission does not block other changes to a
 	// cluster already on it; an engine the update adds is checked.
-	cluster := in("team-a", clusterOnEngines("narrowed", "lists-team-a"))
+	cluster := in("team-a", clusterOnEngines("narrowed", "lists-team-a", "selects-shared"))
 	if err := create(t, cluster); err != nil {
 		t.Fatal(err)
 	}
@@ -234,5 +234,5 @@ func TestEnginesAllowNamespaces(t *testing.T) {
 		t.Errorf("an update that adds no engine was refused after the engine was narrowed: %v", err)
 	}
 	cluster.Spec.Engines = append(cluster.Spec.Engines, infrav1.ClusterEngine{Name: "allows-none"})
-	refusedAt(t, env.Client.Update(ctx, cluster), "spec.engines[1].name", "team-a")
+	refusedAt(t, env.Client.Update(ctx, cluster), "spec.engines[2].name", "team-a")
 }

@@ -57,13 +57,14 @@ func (r *Reconciler) reconcileEngines(ctx context.Context, cc *infrav1.Container
 		cc.Status.FailureDomains = cc.Spec.FailureDomains
 		return ctrl.Result{}, false, nil
 	}
-	cc.Status.FailureDomains = engineFailureDomains(cc)
-	err := r.checkEngines(ctx, cc)
+	found, err := r.checkEngines(ctx, cc)
 	var notReady *enginesNotReady
-	if !errors.As(err, &notReady) {
-		if err != nil {
-			return ctrl.Result{}, true, err
-		}
+	if err != nil && !errors.As(err, &notReady) {
+		return ctrl.Result{}, true, err
+	}
+	var lostIn time.Duration
+	cc.Status.FailureDomains, lostIn = engineFailureDomains(cc, found, now)
+	if notReady == nil {
 		conditions.Set(cc, metav1.Condition{
 			Type: infrav1.EnginesReadyCondition, Status: metav1.ConditionTrue, Reason: infrav1.SucceededReason,
 			LastTransitionTime: metav1.NewTime(now),
@@ -71,9 +72,13 @@ func (r *Reconciler) reconcileEngines(ctx context.Context, cc *infrav1.Container
 		return ctrl.Result{}, false, nil
 	}
 	recheck := engineRecheck
-	if notReady.reason == infrav1.NotSupportedYetReason {
+	switch {
+	case notReady.reason == infrav1.NotSupportedYetReason:
 		// Only a change of the cluster's spec, which wakes it, helps.
 		recheck = 0
+	case lostIn > 0 && lostIn < recheck:
+		// Drop the lost engine's failure domain on time.
+		recheck = lostIn
 	}
 	res, _ := r.refused(cc, now, infrav1.EnginesReadyCondition, notReady.reason, notReady, recheck)
 	return res, !provisioned, nil
@@ -83,25 +88,32 @@ func (r *Reconciler) reconcileEngines(ctx context.Context, cc *infrav1.Container
 // each exists, allows cc's namespace (engines.AllowsNamespace, asked again
 // on every pass because an admin can narrow an engine after admission),
 // and is reached; several engines must also share a swarm (checkSwarm).
-// It returns an *enginesNotReady for the first that cannot, and other
-// errors when the API fails.
-func (r *Reconciler) checkEngines(ctx context.Context, cc *infrav1.ContainerCluster) error {
+// It returns the engines it found, and an *enginesNotReady for the first
+// problem, an engine that does not answer last: the others' problems are
+// what the user can fix, and with an engine away the cluster goes on, on
+// the rest (EngineUnreachable lets lifecycle.PlaceMachine place new
+// machines on the engines that answer). Other errors are the API's.
+func (r *Reconciler) checkEngines(ctx context.Context, cc *infrav1.ContainerCluster) (map[string]*infrav1.ContainerEngine, error) {
 	ns := &corev1.Namespace{}
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: cc.Namespace}, ns); err != nil {
-		return fmt.Errorf("failed to get Namespace %s of ContainerCluster %s: %w", cc.Namespace, klog.KObj(cc), err)
+		return nil, fmt.Errorf("failed to get Namespace %s of ContainerCluster %s: %w", cc.Namespace, klog.KObj(cc), err)
 	}
-	found := make([]*infrav1.ContainerEngine, 0, len(cc.Spec.Engines))
+	found := make(map[string]*infrav1.ContainerEngine, len(cc.Spec.Engines))
+	var ordered []*infrav1.ContainerEngine
+	var away *enginesNotReady
 	for _, listed := range cc.Spec.Engines {
 		engine := &infrav1.ContainerEngine{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Name: listed.Name}, engine); apierrors.IsNotFound(err) {
-			return &enginesNotReady{infrav1.EngineNotFoundReason, fmt.Sprintf(
+			return found, &enginesNotReady{infrav1.EngineNotFoundReason, fmt.Sprintf(
 				"ContainerEngine %s does not exist: its admin must create it, or the cluster must name another", listed.Name)}
 		} else if err != nil {
-			return fmt.Errorf("failed to get ContainerEngine %s of ContainerCluster %s: %w", listed.Name, klog.KObj(cc), err)
+			return found, fmt.Errorf("failed to get ContainerEngine %s of ContainerCluster %s: %w", listed.Name, klog.KObj(cc), err)
 		}
+		found[listed.Name] = engine
+		ordered = append(ordered, engine)
 		if !engine.DeletionTimestamp.IsZero() {
 			// It is kept until its clusters go, for their deletion only.
-			return &enginesNotReady{infrav1.EngineNotFoundReason, fmt.Sprintf(
+			return found, &enginesNotReady{infrav1.EngineNotFoundReason, fmt.Sprintf(
 				"ContainerEngine %s is being deleted: it runs nothing new, and goes once no cluster lists it", listed.Name)}
 		}
 		if allowed, err := engines.AllowsNamespace(engine, ns); err != nil || !allowed {
@@ -109,22 +121,31 @@ func (r *Reconciler) checkEngines(ctx context.Context, cc *infrav1.ContainerClus
 			if err != nil {
 				message = err.Error()
 			}
-			return &enginesNotReady{infrav1.NamespaceNotAllowedReason, message}
+			return found, &enginesNotReady{infrav1.NamespaceNotAllowedReason, message}
 		}
 		available := conditions.Get(engine, infrav1.EngineAvailableCondition)
 		switch {
 		case available == nil:
-			return &enginesNotReady{infrav1.EngineUnreachableReason, fmt.Sprintf(
-				"ContainerEngine %s has not been reached yet", listed.Name)}
-		case available.Status != metav1.ConditionTrue:
-			return &enginesNotReady{available.Reason, fmt.Sprintf("ContainerEngine %s: %s", listed.Name, available.Message)}
+			if away == nil {
+				away = &enginesNotReady{infrav1.EngineUnreachableReason, fmt.Sprintf("ContainerEngine %s has not been reached yet", listed.Name)}
+			}
+		case available.Status == metav1.ConditionTrue:
+		case available.Reason == infrav1.EngineUnreachableReason:
+			if away == nil {
+				away = &enginesNotReady{infrav1.EngineUnreachableReason, fmt.Sprintf(
+					"ContainerEngine %s does not answer: %s; new machines go to the cluster's other engines", listed.Name, available.Message)}
+			}
+		default:
+			return found, &enginesNotReady{available.Reason, fmt.Sprintf("ContainerEngine %s: %s", listed.Name, available.Message)}
 		}
-		found = append(found, engine)
 	}
-	if len(found) > 1 {
-		return checkSwarm(cc, found)
+	if away != nil {
+		return found, away
 	}
-	return nil
+	if len(ordered) > 1 {
+		return found, checkSwarm(cc, ordered)
+	}
+	return found, nil
 }
 
 // checkSwarm reports whether engines, the ContainerEngines of a cluster on
@@ -160,19 +181,29 @@ func checkSwarm(cc *infrav1.ContainerCluster, listed []*infrav1.ContainerEngine)
 
 // engineFailureDomains returns the failure domains of a cluster on
 // engines: one per engine, named after it, control-plane machines allowed
-// unless the entry says otherwise. Engines that are away stay listed:
-// dropping them at once would let the list flap with every lost packet
-// (leaving them out after a grace period is docs/multihost.md, step 8).
-func engineFailureDomains(cc *infrav1.ContainerCluster) []clusterv1.FailureDomain {
-	domains := make([]clusterv1.FailureDomain, 0, len(cc.Spec.Engines))
+// unless the entry says otherwise. An engine that has not answered for
+// engines.LostAfter is left out, so that KubeadmControlPlane does not put
+// machines on a lost host; a shorter silence leaves the list as it is, so
+// that it does not flap with every lost packet. lostIn is how soon an
+// engine that does not answer now will be left out (0: none). found holds
+// the engines checkEngines found; one it did not get to stays listed.
+func engineFailureDomains(cc *infrav1.ContainerCluster, found map[string]*infrav1.ContainerEngine, now time.Time) (domains []clusterv1.FailureDomain, lostIn time.Duration) {
+	domains = make([]clusterv1.FailureDomain, 0, len(cc.Spec.Engines))
 	for _, e := range cc.Spec.Engines {
+		if engine := found[e.Name]; engine != nil {
+			if lost := engines.LostFor(engine, now); lost >= engines.LostAfter {
+				continue
+			} else if lost > 0 && (lostIn == 0 || engines.LostAfter-lost < lostIn) {
+				lostIn = engines.LostAfter - lost
+			}
+		}
 		domains = append(domains, clusterv1.FailureDomain{
 			Name:         e.Name,
 			ControlPlane: ptr.To(ptr.Deref(e.ControlPlane, true)),
 			Attributes:   map[string]string{"type": engineFailureDomainType},
 		})
 	}
-	return domains
+	return domains, lostIn
 }
 
 // engineToClusters maps a ContainerEngine to the ContainerClusters that

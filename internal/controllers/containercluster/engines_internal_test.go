@@ -61,8 +61,9 @@ func TestTheLoadBalancerImageIsCopiedToTheClustersEngine(t *testing.T) {
 // TestAClusterWaitingForItsEnginesLooksAgain checks that a cluster whose
 // engines cannot run it asks to be reconciled again, since the engines'
 // watch does not always wake it (a Namespace label a selector asks for,
-// --watch-filter dropping the engine's events); and that a cluster on
-// several engines, which only a change of its spec can help, does not.
+// --watch-filter dropping the engine's events); and that a cluster asking
+// for what is not built, which only a change of its spec can help, does
+// not.
 func TestAClusterWaitingForItsEnginesLooksAgain(t *testing.T) {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, infrav1.AddToScheme} {
@@ -79,15 +80,18 @@ func TestAClusterWaitingForItsEnginesLooksAgain(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		engines     []string
+		family      infrav1.IPFamily
 		wantReason  string
 		wantRecheck bool
 	}{
 		{name: "an engine that does not exist yet", engines: []string{"missing"}, wantReason: infrav1.EngineNotFoundReason, wantRecheck: true},
 		{name: "several engines", engines: []string{"a", "a2"}, wantReason: infrav1.EngineNotFoundReason, wantRecheck: true},
-		{name: "several engines that exist", engines: []string{"a", "a"}, wantReason: infrav1.NotSupportedYetReason},
+		{name: "several engines outside a swarm", engines: []string{"a", "a"}, wantReason: infrav1.EngineNotInSwarmReason, wantRecheck: true},
+		{name: "several engines on IPv6", engines: []string{"a", "a"}, family: infrav1.DualStackFamily, wantReason: infrav1.NotSupportedYetReason},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
+			cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"},
+				Spec: infrav1.ContainerClusterSpec{Network: infrav1.NetworkSpec{IPFamily: tc.family}}}
 			for _, e := range tc.engines {
 				cc.Spec.Engines = append(cc.Spec.Engines, infrav1.ClusterEngine{Name: e})
 			}
@@ -187,5 +191,48 @@ func TestTheNetworkOfAClusterOnSeveralEnginesIsAnOverlay(t *testing.T) {
 	cc.Spec.Network = infrav1.NetworkSpec{Name: "shared", Mode: infrav1.NetworkUnmanaged}
 	if _, err := r.ensureNetwork(ctx, cluster, cc, "shared", container.IPv4); err == nil || !strings.Contains(err.Error(), "overlay") {
 		t.Fatalf("want a local Unmanaged network refused for a cluster on several engines, got %v", err)
+	}
+}
+
+// TestALostEngineLeavesTheFailureDomainsAfterAMinute covers the failure
+// domains of a cluster with an engine that stops answering: listed while
+// it may be a blip, gone once it has been silent for engines.LostAfter.
+func TestALostEngineLeavesTheFailureDomainsAfterAMinute(t *testing.T) {
+	now := time.Date(2026, 12, 6, 6, 0, 0, 0, time.UTC)
+	engine := func(name string, answers bool, since time.Duration) *infrav1.ContainerEngine {
+		status, reason := metav1.ConditionTrue, infrav1.SucceededReason
+		if !answers {
+			status, reason = metav1.ConditionFalse, infrav1.EngineUnreachableReason
+		}
+		return &infrav1.ContainerEngine{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: infrav1.ContainerEngineStatus{Conditions: []metav1.Condition{{
+			Type: infrav1.EngineAvailableCondition, Status: status, Reason: reason, LastTransitionTime: metav1.NewTime(now.Add(-since)),
+		}}}}
+	}
+	cc := &infrav1.ContainerCluster{Spec: infrav1.ContainerClusterSpec{Engines: []infrav1.ClusterEngine{{Name: "a"}, {Name: "b"}, {Name: "c"}}}}
+	for _, tc := range []struct {
+		name   string
+		found  map[string]*infrav1.ContainerEngine
+		want   []string
+		lostIn time.Duration
+	}{
+		{"every engine answers", map[string]*infrav1.ContainerEngine{"a": engine("a", true, time.Hour), "b": engine("b", true, time.Second), "c": engine("c", true, 0)},
+			[]string{"a", "b", "c"}, 0},
+		{"silent for 20 s", map[string]*infrav1.ContainerEngine{"a": engine("a", true, time.Hour), "b": engine("b", false, 20*time.Second), "c": engine("c", true, 0)},
+			[]string{"a", "b", "c"}, 40 * time.Second},
+		{"silent for a minute", map[string]*infrav1.ContainerEngine{"a": engine("a", true, time.Hour), "b": engine("b", false, time.Minute), "c": engine("c", false, 50*time.Second)},
+			[]string{"a", "c"}, 10 * time.Second},
+		{"an engine not found yet stays", map[string]*infrav1.ContainerEngine{"a": engine("a", true, time.Hour)},
+			[]string{"a", "b", "c"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			domains, lostIn := engineFailureDomains(cc, tc.found, now)
+			var got []string
+			for _, d := range domains {
+				got = append(got, d.Name)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") || lostIn != tc.lostIn {
+				t.Fatalf("engineFailureDomains() = %v, lost in %v; want %v, lost in %v", got, lostIn, tc.want, tc.lostIn)
+			}
+		})
 	}
 }

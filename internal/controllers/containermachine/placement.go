@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 )
 
@@ -46,11 +48,15 @@ func (r *Reconciler) engineOf(ctx context.Context, s *lifecycle.MachineScope) (s
 	if err != nil {
 		return "", err
 	}
+	answers, err := r.enginesAnswering(ctx, cc)
+	if err != nil {
+		return "", err
+	}
 	failureDomain := ""
 	if s.Machine != nil {
 		failureDomain = s.Machine.Spec.FailureDomain
 	}
-	if engine, err = lifecycle.PlaceMachine(cc, failureDomain, s.IsControlPlane(), perEngine); err != nil {
+	if engine, err = lifecycle.PlaceMachine(cc, failureDomain, s.IsControlPlane(), perEngine, answers); err != nil {
 		return "", err
 	}
 	before := cm.DeepCopy()
@@ -80,6 +86,23 @@ func (r *Reconciler) machinesPerEngine(ctx context.Context, s *lifecycle.Machine
 		}
 	}
 	return perEngine, nil
+}
+
+// enginesAnswering says which of cc's engines CAPCT reaches now.
+func (r *Reconciler) enginesAnswering(ctx context.Context, cc *infrav1.ContainerCluster) (map[string]bool, error) {
+	answers := make(map[string]bool, len(cc.Spec.Engines))
+	for _, e := range cc.Spec.Engines {
+		engine := &infrav1.ContainerEngine{}
+		err := r.Client.Get(ctx, client.ObjectKey{Name: e.Name}, engine)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("failed to get ContainerEngine %s of ContainerCluster %s: %w", e.Name, klog.KObj(cc), err)
+		}
+		answers[e.Name] = engines.Answers(engine)
+	}
+	return answers, nil
 }
 
 // waitForPlacement reports, in Launched, why the machine cannot be placed
