@@ -84,6 +84,7 @@ type options struct {
 	workerNodeCost             map[string]int64
 	maxConcurrentBootstraps    int
 	maxImageCopySize           int64
+	unreachableEngineDeletion  time.Duration
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
@@ -149,6 +150,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 		"Most machine bootstraps (kubeadm init/join) in flight on the host at once; machines over it wait. 0 means no limit.")
 	fs.Int64Var(&o.maxImageCopySize, "max-image-copy-size", imagecopy.DefaultMaxSize,
 		"Most bytes of a node or load-balancer image CAPCT copies to a ContainerEngine that lacks it, from another engine that holds it (docs/multihost.md); a larger image is refused.")
+	fs.DurationVar(&o.unreachableEngineDeletion, "unreachable-engine-deletion-timeout", lifecycle.DefaultUnreachableEngineDeletionTimeout,
+		"How long the deletion of a machine on a ContainerEngine that does not answer waits for it, before it leaves the container for its cluster to remove once the engine answers again (docs/multihost.md), so that a lost host's machines can be replaced.")
 	flags.AddManagerOptions(fs, &o.managerOptions)
 	feature.MutableGates.AddFlag(fs)
 }
@@ -373,8 +376,8 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	if err := (&controllers.ContainerMachineReconciler{
 		Client: mgr.GetClient(), Engines: set, ClusterCache: clusterCache, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM,
 		MachinePools: feature.Gates.Enabled(feature.MachinePool), HostCapacity: capacity, MaxConcurrentBootstraps: o.maxConcurrentBootstraps,
-		MaxImageCopySize: o.maxImageCopySize,
-		Policy:           o.policy,
+		MaxImageCopySize: o.maxImageCopySize, UnreachableEngineDeletionTimeout: o.unreachableEngineDeletion,
+		Policy: o.policy,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}

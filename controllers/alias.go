@@ -115,6 +115,10 @@ type ContainerMachineReconciler struct {
 	// Policy is what machines may ask of the host; the zero Policy allows
 	// everything.
 	Policy policy.Policy
+	// UnreachableEngineDeletionTimeout is how long a machine's deletion
+	// waits for a ContainerEngine that does not answer; 0 means the
+	// default.
+	UnreachableEngineDeletionTimeout time.Duration
 }
 
 // SetupWithManager sets up the reconciler with the manager.
@@ -130,6 +134,8 @@ func (r *ContainerMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 		MaxConcurrentBootstraps: r.MaxConcurrentBootstraps,
 		MaxImageCopySize:        r.MaxImageCopySize,
 		Policy:                  r.Policy,
+
+		UnreachableEngineDeletionTimeout: r.UnreachableEngineDeletionTimeout,
 	}
 	rec.NodeIPAM = r.NodeIPAM
 	if r.HostCapacity != nil {

@@ -6,10 +6,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 )
 
@@ -22,12 +25,30 @@ const deletionPoll = time.Second
 // deleted), so that no request goes to an API server that is going away.
 // The container's disappearance is confirmed before the caller removes the
 // finalizer; a container that is already gone never blocks deletion.
+//
+// A machine on a ContainerEngine that does not answer, as when its host is
+// lost, cannot have its container removed; waiting for it would hold the
+// Machine, and with it the MachineSet's replacement, until the host came
+// back. So after UnreachableEngineDeletionTimeout from the start of the
+// deletion, Termination gives up on the container: the ContainerCluster
+// removes it as an orphan once its engine answers again.
 type Termination struct {
 	*Deps
 	// LoadBalancer rewrites the configuration of the load balancer in front
 	// of a control-plane machine's cluster; nil leaves it alone.
 	LoadBalancer *loadbalancer.LoadBalancer
+	// UnreachableEngineDeletionTimeout is how long a deletion waits for a
+	// ContainerEngine that does not answer; 0 means
+	// DefaultUnreachableEngineDeletionTimeout. The manager's own engine is
+	// always waited for: when it is gone, so is the host the manager runs
+	// on, mostly.
+	UnreachableEngineDeletionTimeout time.Duration
 }
+
+// DefaultUnreachableEngineDeletionTimeout is the default of
+// --unreachable-engine-deletion-timeout: longer than an engine restart, so
+// that a restart never leaves an orphan behind.
+const DefaultUnreachableEngineDeletionTimeout = 5 * time.Minute
 
 // Reconcile returns done once the container is gone.
 func (t *Termination) Reconcile(ctx context.Context, s *MachineScope) (done bool, result ctrl.Result, err error) {
@@ -40,6 +61,9 @@ func (t *Termination) Reconcile(ctx context.Context, s *MachineScope) (done bool
 	}
 	name := s.ContainerName()
 	existing, err := s.Runtime.Inspect(ctx, name)
+	if container.IsUnreachable(err) && s.Engine != engines.Local {
+		return t.engineAway(s, err)
+	}
 	if container.IsNotFound(err) {
 		// The other nodes' routes to its pod CIDRs go when the
 		// ContainerCluster controller sees the ContainerMachine go.
@@ -52,10 +76,37 @@ func (t *Termination) Reconcile(ctx context.Context, s *MachineScope) (done bool
 		// Another cluster's container with this name is not ours to delete.
 		return true, ctrl.Result{}, nil
 	}
-	if err := s.Runtime.Delete(ctx, name, s.Owner()); err != nil && !container.IsNotFound(err) {
+	err = s.Runtime.Delete(ctx, name, s.Owner())
+	if container.IsUnreachable(err) && s.Engine != engines.Local {
+		return t.engineAway(s, err)
+	}
+	if err != nil && !container.IsNotFound(err) {
 		return false, ctrl.Result{}, fmt.Errorf("failed to delete container %s of ContainerMachine %s/%s: %w", name, cm.Namespace, cm.Name, err)
 	}
 	t.Recorder.Eventf(cm, corev1.EventTypeNormal, "Deleted", "Deleted container %s", name)
 	// Confirm on the next pass rather than trusting the delete call.
 	return false, ctrl.Result{RequeueAfter: deletionPoll}, nil
+}
+
+// engineAway waits for the machine's engine, which does not answer (err),
+// until UnreachableEngineDeletionTimeout from the start of the deletion,
+// saying so in ContainerRunning; then it gives up on the container and
+// says where it was left.
+func (t *Termination) engineAway(s *MachineScope, err error) (bool, ctrl.Result, error) {
+	cm := s.ContainerMachine
+	now := t.Clock.Now()
+	timeout := t.UnreachableEngineDeletionTimeout
+	if timeout <= 0 {
+		timeout = DefaultUnreachableEngineDeletionTimeout
+	}
+	left := cm.DeletionTimestamp.Add(timeout).Sub(now)
+	if left > 0 {
+		setCondition(cm, now, infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.EngineUnreachableReason, fmt.Sprintf(
+			"Deleting: engine %s does not answer (%v); giving up on container %s in %s", s.Engine, err, s.ContainerName(), left.Round(time.Second)))
+		return false, ctrl.Result{RequeueAfter: min(left, containerRecheck)}, nil
+	}
+	t.Recorder.Eventf(cm, corev1.EventTypeWarning, infrav1.EngineUnreachableReason,
+		"Gave up deleting container %s: engine %s has not answered for %s since the deletion began; Cluster %s removes the container once the engine answers again",
+		s.ContainerName(), s.Engine, timeout, s.Cluster.Name)
+	return true, ctrl.Result{}, nil
 }

@@ -7,9 +7,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
@@ -232,5 +235,53 @@ func TestTerminationLeavesTheLoadBalancerAlone(t *testing.T) {
 				t.Fatalf("the load balancer was reloaded: %v", got)
 			}
 		})
+	}
+}
+
+// TestTerminationGivesUpOnALostEngineAfterTheTimeout deletes a machine on a
+// ContainerEngine that stops answering, as when its host is lost: the
+// deletion waits, saying so, until UnreachableEngineDeletionTimeout from
+// its start, then lets the machine go and says where the container was
+// left. The manager's own engine is always waited for.
+func TestTerminationGivesUpOnALostEngineAfterTheTimeout(t *testing.T) {
+	e := newEnv(t, cloudConfig)
+	s := e.launched(nil)
+	s.ContainerMachine.DeletionTimestamp = ptr.To(metav1.NewTime(e.clock.Now()))
+	term := &Termination{Deps: e.deps, UnreachableEngineDeletionTimeout: time.Minute}
+	lost := func() {
+		e.runtime.FailNext(fakeruntime.OpInspect, container.NewError("inspect", "container", cpName, container.KindUnreachable, errors.New("no route to host")))
+	}
+
+	// On the manager's own engine: an error, retried with backoff.
+	lost()
+	if done, _, err := term.Reconcile(context.Background(), s); done || !container.IsUnreachable(err) {
+		t.Fatalf("on the manager's own engine: done %v, %v; want its error and no end", done, err)
+	}
+
+	s.Engine = "engine-b"
+	lost()
+	done, res, err := term.Reconcile(context.Background(), s)
+	if err != nil || done || res.RequeueAfter == 0 {
+		t.Fatalf("within the timeout: done %v, %v, %v; want a wait", done, res, err)
+	}
+	wantCondition(t, s, infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.EngineUnreachableReason)
+	if msg := conditions.Get(s.ContainerMachine, infrav1.ContainerRunningCondition).Message; !strings.Contains(msg, "giving up on container "+cpName+" in 1m0s") {
+		t.Fatalf("ContainerRunning says %q; want when CAPCT gives up", msg)
+	}
+
+	e.clock.Step(time.Minute)
+	lost()
+	if done, _, err := term.Reconcile(context.Background(), s); err != nil || !done {
+		t.Fatalf("after the timeout: done %v, %v; want the machine let go", done, err)
+	}
+	var events []string
+	for len(e.recorder.Events) > 0 {
+		events = append(events, <-e.recorder.Events)
+	}
+	if last := events[len(events)-1]; !strings.Contains(last, "Gave up deleting container "+cpName) || !strings.Contains(last, "engine engine-b") {
+		t.Fatalf("events %q; want the last to say where the container was left", events)
+	}
+	if !e.exists(cpName) {
+		t.Fatal("the container went, though its engine did not answer: the test's engine must keep it")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -84,6 +85,10 @@ type Reconciler struct {
 	// flags), checked right before each container is created; the zero
 	// Policy allows everything.
 	Policy policy.Policy
+	// UnreachableEngineDeletionTimeout is how long a machine's deletion
+	// waits for a ContainerEngine that does not answer before it leaves the
+	// container behind (lifecycle.Termination); 0 means the default.
+	UnreachableEngineDeletionTimeout time.Duration
 
 	// APIReader counts a cluster's machines when placing one, uncached so
 	// that the last placement is seen; nil means mgr.GetAPIReader().
@@ -128,8 +133,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	r.lifecycle = lifecycle.NewMachine(deps)
 	r.termination = &lifecycle.Termination{
-		Deps:         deps,
-		LoadBalancer: &loadbalancer.LoadBalancer{Client: r.Client, Engines: r.Engines},
+		Deps:                             deps,
+		LoadBalancer:                     &loadbalancer.LoadBalancer{Client: r.Client, Engines: r.Engines},
+		UnreachableEngineDeletionTimeout: r.UnreachableEngineDeletionTimeout,
 	}
 
 	log := ctrl.LoggerFrom(ctx)
