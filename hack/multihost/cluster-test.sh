@@ -21,6 +21,12 @@
 #     Ready and registered on its overlay address, pod-to-pod traffic across
 #     the engines and a Service answering pods on both;
 #   - prints the time from the cluster's creation to every Node Ready;
+#   - with a MachineHealthCheck on the workers, loses engine 2's host
+#     (engine.sh stop): the worker there must be reported EngineUnreachable,
+#     engine-2 must leave the failure domains, and the worker must be
+#     replaced on engine 1, every Node Ready again; prints the time from the
+#     loss to that; then the host comes back (engine.sh start) and CAPCT
+#     must remove the lost worker's container there;
 #   - deletes the cluster through CAPCT and checks that nothing labelled is
 #     left on either engine, then removes the management cluster.
 # The workload API is reached from this machine through the load
@@ -249,6 +255,97 @@ YAML
   kwl delete service mh-2 --ignore-not-found >/dev/null
 }
 
+# quick_deletion: the manager gives up deleting a machine on an engine that
+# does not answer after 30 s (5 min by default), so that the test does not
+# wait out the default.
+quick_deletion() {
+  step "manager: --unreachable-engine-deletion-timeout=30s"
+  if ! kmgmt -n capct-system get deployment capct-controller-manager -o jsonpath='{.spec.template.spec.containers[0].args}' |
+    grep -q unreachable-engine-deletion-timeout; then
+    kmgmt -n capct-system patch deployment capct-controller-manager --type=json \
+      -p '[{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--unreachable-engine-deletion-timeout=30s"}]' >/dev/null
+  fi
+  kmgmt -n capct-system rollout status deployment/capct-controller-manager --timeout=120s >/dev/null
+}
+
+# machine_on_engine N: the ContainerMachine recorded on engine-N.
+machine_on_engine() {
+  kmgmt get containermachines -n "$namespace" -l "cluster.x-k8s.io/cluster-name=$cluster" -o json |
+    jq -r --arg e "engine-$1" '.items[] | select(.metadata.annotations["container.infrastructure.cluster.x-k8s.io/engine"] == $e
+      and (.metadata.labels["cluster.x-k8s.io/control-plane"] == null) and .metadata.deletionTimestamp == null) | .metadata.name' | head -1
+}
+
+# lose_engine2: a MachineHealthCheck on the workers, then engine 2's host is
+# lost (engine.sh stop). Its worker must be reported EngineUnreachable, not
+# failed; engine-2 must leave the failure domains; the MachineHealthCheck
+# replaces the worker, on engine 1; every Node Ready again. Prints T_replace,
+# from the loss to every Node Ready. Then the host comes back (engine.sh
+# start), and the lost worker's container, restarted by its engine, must be
+# removed by CAPCT as an orphan.
+lose_engine2() {
+  step "lose engine 2: MachineHealthCheck, engine.sh stop"
+  local lost lost_container t0 deadline reason seen_unreachable=false
+  kmgmt apply -f - >/dev/null <<YAML
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineHealthCheck
+metadata: {name: $cluster-workers, namespace: $namespace}
+spec:
+  clusterName: $cluster
+  selector: {matchLabels: {cluster.x-k8s.io/deployment-name: $cluster-md-0}}
+  checks:
+    unhealthyNodeConditions:
+    - {type: Ready, status: Unknown, timeoutSeconds: 30}
+    - {type: Ready, status: "False", timeoutSeconds: 30}
+YAML
+  # An unreachable Node's pods never finish terminating: do not wait for
+  # them (the default waits until they are 5 minutes old).
+  kmgmt patch machinedeployment "$cluster-md-0" -n "$namespace" --type=merge \
+    -p '{"spec":{"template":{"spec":{"deletion":{"nodeDrainTimeoutSeconds":10,"nodeVolumeDetachTimeoutSeconds":10}}}}}' >/dev/null
+  lost=$(machine_on_engine 2)
+  [[ -n "$lost" ]] || die "no worker on engine 2"
+  lost_container=$(kmgmt get containermachine "$lost" -n "$namespace" -o jsonpath='{.spec.providerID}')
+  lost_container=${lost_container#container:///}
+  t0=$SECONDS
+  "$root/hack/multihost/engine.sh" stop
+  step "wait for the lost worker $lost to be replaced on engine 1"
+  deadline=$((SECONDS + 600))
+  until nodes_ready "$workers" 0 && [[ -z "$(kmgmt get containermachine "$lost" -n "$namespace" -o name 2>/dev/null)" ]]; do
+    print_phases
+    if ! $seen_unreachable; then
+      reason=$(kmgmt get containermachine "$lost" -n "$namespace" -o jsonpath='{.status.conditions[?(@.type=="ContainerRunning")].reason}' 2>/dev/null || true)
+      if [[ "$reason" == EngineUnreachable ]]; then
+        seen_unreachable=true
+        log "$(elapsed)  $lost: ContainerRunning EngineUnreachable $((SECONDS - t0))s after the loss"
+      fi
+    fi
+    ((SECONDS < deadline)) || die "timed out waiting for $lost to be replaced"
+    sleep 2
+  done
+  t_replace=$((SECONDS - t0))
+  $seen_unreachable || log "WARNING: $lost was never seen EngineUnreachable (replaced before a sample caught it)"
+  [[ "$(kmgmt get containercluster "$cluster" -n "$namespace" -o jsonpath='{range .status.failureDomains[*]}{.name}{" "}{end}')" == "engine-1 " ]] ||
+    die "engine-2 is still a failure domain of $cluster"
+  [[ -n "$(machine_on_engine 1)" ]] || die "no worker on engine 1"
+  local replacement
+  replacement=$(kmgmt get containermachines -n "$namespace" -l "cluster.x-k8s.io/deployment-name=$cluster-md-0" -o json |
+    jq -r '[.items[] | select(.metadata.annotations["container.infrastructure.cluster.x-k8s.io/engine"] == "engine-1")] | length')
+  ((replacement == 2)) || die "$replacement workers on engine 1, want both, the replacement among them"
+  log "T_replace: the lost worker replaced on engine 1, every Node Ready, ${t_replace}s after engine 2 was lost"
+
+  step "engine 2 comes back: the lost worker's container goes"
+  "$root/hack/multihost/engine.sh" start
+  deadline=$((SECONDS + 300))
+  until [[ -z "$(engine2 ps -aq --filter "name=^$lost_container\$")" ]]; do
+    ((SECONDS < deadline)) || die "CAPCT did not remove $lost_container from engine 2 within 300s of its return"
+    sleep 2
+  done
+  log "$lost_container removed from engine 2 $((SECONDS - t0))s after the loss"
+  if kwl get node "$lost_container" >/dev/null 2>&1; then
+    log "WARNING: Node $lost_container, registered again by its kubelet before CAPCT removed its container, is left in the workload cluster"
+  fi
+  kmgmt delete machinehealthcheck "$cluster-workers" -n "$namespace" >/dev/null
+}
+
 # engine2_leftovers: what CAPCT labelled for the cluster and is still on
 # engine 2.
 engine2_leftovers() {
@@ -287,9 +384,11 @@ LOG_NAME=mgmt-cluster "$here/mgmt-cluster.sh" up
 make_overlay
 init_providers
 make_engines
+quick_deletion
 multihost_cluster
 check_placement
 prove_across
+lose_engine2
 down_both
-log "T_up=${t_up}s"
+log "T_up=${t_up}s T_replace=${t_replace}s"
 finish

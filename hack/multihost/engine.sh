@@ -8,6 +8,8 @@
 #                    engines in one swarm; writes out/multihost/engine.env
 #                    (MH_ENDPOINT, MH_PKI, MH_DATA_ROOT, MH_OVERLAY_CIDR,
 #                    MH_CLUSTER_CIDR, MH_SOCKET)
+#   engine.sh stop   its host is lost: link down, engine 2 stopped
+#   engine.sh start  its host is back: link up, engine 2 started again
 #   engine.sh down   stops engine 2 and removes everything up made;
 #                    idempotent, and run by up itself when up fails
 #
@@ -88,30 +90,9 @@ make_pki() {
   )
 }
 
-up() {
-  if ! command -v openssl >/dev/null 2>&1; then
-    log "Installing Debian's openssl, for engine 2's certificates"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
-  fi
-  step "link"
-  if [[ ! -e /run/netns/$netns ]]; then
-    free_link
-    ip netns add "$netns"
-  fi
-  if ! ip link show "$host_if" >/dev/null 2>&1; then
-    ip link add "$host_if" type veth peer name "$ns_if"
-    ip link set "$ns_if" netns "$netns"
-    ip addr add "$host_addr/30" dev "$host_if"
-    ip -n "$netns" addr add "$ns_addr/30" dev "$ns_if"
-    ip link set "$host_if" up
-    ip -n "$netns" link set "$ns_if" up
-    ip -n "$netns" link set lo up
-  fi
-
-  step "certificates"
-  make_pki
-
-  step "engine 2"
+# start_engine2: dockerd 2 in the namespace, unless it answers already;
+# returns once it answers.
+start_engine2() {
   if ! engine2 info >/dev/null 2>&1; then
     mkdir -p "$exec_root" "$data_root"
     # Its own configuration file: dockerd reads /etc/docker/daemon.json
@@ -137,6 +118,33 @@ up() {
       die "engine 2 did not answer on $socket within 30s (log: $daemon_log)"
     fi
   fi
+}
+
+up() {
+  if ! command -v openssl >/dev/null 2>&1; then
+    log "Installing Debian's openssl, for engine 2's certificates"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+  fi
+  step "link"
+  if [[ ! -e /run/netns/$netns ]]; then
+    free_link
+    ip netns add "$netns"
+  fi
+  if ! ip link show "$host_if" >/dev/null 2>&1; then
+    ip link add "$host_if" type veth peer name "$ns_if"
+    ip link set "$ns_if" netns "$netns"
+    ip addr add "$host_addr/30" dev "$host_if"
+    ip -n "$netns" addr add "$ns_addr/30" dev "$ns_if"
+    ip link set "$host_if" up
+    ip -n "$netns" link set "$ns_if" up
+    ip -n "$netns" link set lo up
+  fi
+
+  step "certificates"
+  make_pki
+
+  step "engine 2"
+  start_engine2
 
   step "swarm"
   local state
@@ -170,20 +178,7 @@ down() {
     docker network rm docker_gwbridge >/dev/null 2>&1 || true
     rm -f "$swarm_made"
   fi
-  if [[ -s $pidfile ]]; then
-    local pid
-    pid=$(<"$pidfile")
-    if kill "$pid" 2>/dev/null; then
-      for _ in $(seq 1 60); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.5
-      done
-      if kill -0 "$pid" 2>/dev/null; then
-        log "engine 2 (pid $pid) did not stop within 30s; killing it"
-        kill -9 "$pid" 2>/dev/null || true
-      fi
-    fi
-  fi
+  stop_engine2
   # What a killed engine left mounted under its roots.
   awk -v d="$data_root" -v e="$exec_root" 'index($2, d) == 1 || index($2, e) == 1 {print $2}' /proc/self/mounts |
     sort -r | xargs -r -n1 umount -l 2>/dev/null || true
@@ -200,6 +195,44 @@ down() {
   finish
 }
 
+# stop_engine2: dockerd 2 stopped by its pidfile, as when its host dies:
+# its containers stop with it.
+stop_engine2() {
+  local pid
+  [[ -s $pidfile ]] || return 0
+  pid=$(<"$pidfile")
+  if kill "$pid" 2>/dev/null; then
+    for _ in $(seq 1 60); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.5
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "engine 2 (pid $pid) did not stop within 30s; killing it"
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+  fi
+}
+
+# stop: the host of engine 2 is lost: its link goes down first, so that the
+# manager and the other engine's nodes see no answer rather than a refusal,
+# then its engine and containers stop.
+stop() {
+  step "stop"
+  ip link set "$host_if" down
+  stop_engine2
+  finish
+}
+
+# start: the host comes back: link up, engine 2 started again on the data
+# root it had, in the swarm it was in, its containers restarted by their
+# restart policies.
+start() {
+  step "start"
+  ip link set "$host_if" up
+  start_engine2
+  finish
+}
+
 on_failure() { [[ ${cmd:-} != up ]] || down; }
 
 cmd=${1:-}
@@ -207,5 +240,7 @@ cmd=${1:-}
 case "$cmd" in
 up) up ;;
 down) down ;;
-*) die "usage: engine.sh up|down" ;;
+stop) stop ;;
+start) start ;;
+*) die "usage: engine.sh up|stop|start|down" ;;
 esac
