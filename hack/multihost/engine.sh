@@ -8,8 +8,8 @@
 #                    engines in one swarm; writes out/multihost/engine.env
 #                    (MH_ENDPOINT, MH_PKI, MH_DATA_ROOT, MH_OVERLAY_CIDR,
 #                    MH_CLUSTER_CIDR, MH_SOCKET)
-#   engine.sh stop   its host is lost: link down, engine 2 stopped
-#   engine.sh start  its host is back: link up, engine 2 started again
+#   engine.sh stop   its host is lost: its packets dropped, engine 2 stopped
+#   engine.sh start  its host is back: engine 2 started, packets flow
 #   engine.sh down   stops engine 2 and removes everything up made;
 #                    idempotent, and run by up itself when up fails
 #
@@ -168,6 +168,7 @@ up() {
 
 down() {
   step "down"
+  lost_rules -D
   if engine2 info >/dev/null 2>&1; then
     engine2 swarm leave --force >/dev/null 2>&1 || true
   fi
@@ -213,22 +214,39 @@ stop_engine2() {
   fi
 }
 
-# stop: the host of engine 2 is lost: its link goes down first, so that the
-# manager and the other engine's nodes see no answer rather than a refusal,
-# then its engine and containers stop.
+# lost_rules ACTION: -I inserts, -D deletes, the rules that drop every packet
+# this machine sends or forwards to engine 2's link, as when its host is
+# gone. The link itself stays up: with it down, the link's route would go
+# and the packets would leave by the default route for whatever holds that
+# address elsewhere.
+lost_rules() {
+  local chain
+  for chain in OUTPUT FORWARD; do
+    if [[ $1 == -D ]]; then
+      while iptables -w -D "$chain" -d "$link_cidr" -m comment --comment "capct multihost: engine 2 lost" -j DROP 2>/dev/null; do :; done
+    else
+      iptables -w -I "$chain" 1 -d "$link_cidr" -m comment --comment "capct multihost: engine 2 lost" -j DROP
+    fi
+  done
+}
+
+# stop: the host of engine 2 is lost: its packets are dropped first, so
+# that the manager and the other engine's nodes see no answer rather than a
+# refusal, then its engine and containers stop.
 stop() {
   step "stop"
-  ip link set "$host_if" down
+  lost_rules -D
+  lost_rules -I
   stop_engine2
   finish
 }
 
-# start: the host comes back: link up, engine 2 started again on the data
-# root it had, in the swarm it was in, its containers restarted by their
-# restart policies.
+# start: the host comes back: its packets flow again, and engine 2 starts
+# on the data root it had, in the swarm it was in, its containers
+# restarted by their restart policies.
 start() {
   step "start"
-  ip link set "$host_if" up
+  lost_rules -D
   start_engine2
   finish
 }
