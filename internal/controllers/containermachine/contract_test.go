@@ -242,3 +242,30 @@ func TestMissingContainerIsSeenFromEvents(t *testing.T) {
 	_, err := runtime.Inspect(ctx, name)
 	g.Expect(container.IsNotFound(err)).To(BeTrue(), "the container was recreated")
 }
+
+// TestAContainerMachineIsLeftAloneUntilItsMachineOwnsIt creates a
+// ContainerMachine as a MachineSet does, before the Machine that will own
+// it: CAPCT must not write to it (the MachineSet updates it right after,
+// and a write in between made that update fail and the ContainerMachine
+// leak), and must take it up once the Machine owns it.
+func TestAContainerMachineIsLeftAloneUntilItsMachineOwnsIt(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns, cluster := newCluster(t, g, ctx, "alone")
+	cm := &infrav1.ContainerMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "alone-0",
+		Labels: map[string]string{clusterv1.ClusterNameLabel: cluster.Name}},
+		Spec: infrav1.ContainerMachineSpec{Image: "capct/node:v1.35.4"}}
+	g.Expect(env.Client.Create(ctx, cm)).To(Succeed())
+	created := cm.ResourceVersion
+	g.Consistently(func(g Gomega) {
+		got := get(g, ctx, &infrav1.ContainerMachine{ObjectMeta: cm.ObjectMeta})
+		g.Expect(got.ResourceVersion).To(Equal(created), "CAPCT wrote to a ContainerMachine no Machine owns yet: finalizers %v, conditions %v", got.Finalizers, got.Status.Conditions)
+	}, 3*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	g.Expect(env.Client.Delete(ctx, cm)).To(Succeed())
+	m, owned := newMachineOfRole(g, ctx, cluster, "alone-1", false)
+	g.Eventually(func(g Gomega) {
+		got := get(g, ctx, &infrav1.ContainerMachine{ObjectMeta: owned.ObjectMeta})
+		g.Expect(got.Finalizers).To(ContainElement(infrav1.MachineFinalizer), "the ContainerMachine of Machine %s was not taken up", m.Name)
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+}

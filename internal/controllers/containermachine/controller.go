@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -212,6 +213,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err := r.Client.Get(ctx, req.NamespacedName, cm); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if awaitsMachine(cm) {
+		// Cluster API's MachineSet updates a ContainerMachine it has just
+		// made before its Machine owns it; a write here first (the Paused
+		// condition, the finalizer, a placement) makes that update fail,
+		// and the MachineSet leaves the ContainerMachine behind (seen in
+		// make test-multihost). The Machine's owner reference wakes it.
+		return ctrl.Result{}, nil
+	}
 	cluster, err := util.GetClusterFromMetadata(ctx, r.Client, cm.ObjectMeta)
 	if err != nil {
 		if apierrors.IsNotFound(err) || errors.Is(err, util.ErrNoCluster) {
@@ -255,6 +264,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return r.reconcileDelete(ctx, s)
 	}
 	return r.lifecycle.Reconcile(ctx, s)
+}
+
+// awaitsMachine reports whether cm is a ContainerMachine that Cluster API
+// made for a Machine that does not own it yet, so that CAPCT leaves it
+// alone. Pool members are CAPCT's own, made before any Machine exists;
+// one being deleted was never launched, and goes as it is.
+func awaitsMachine(cm *infrav1.ContainerMachine) bool {
+	if !cm.DeletionTimestamp.IsZero() || cm.Labels[clusterv1.MachinePoolNameLabel] != "" {
+		return false
+	}
+	for _, ref := range cm.OwnerReferences {
+		if ref.Kind == "Machine" && strings.HasPrefix(ref.APIVersion, clusterv1.GroupVersion.Group+"/") {
+			return false
+		}
+	}
+	return true
 }
 
 // ownedConditions are the conditions this controller writes; the patch
