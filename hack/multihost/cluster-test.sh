@@ -306,6 +306,7 @@ YAML
   lost_container=$(kmgmt get containermachine "$lost" -n "$namespace" -o jsonpath='{.spec.providerID}')
   lost_container=${lost_container#container:///}
   t0=$SECONDS
+  engine2_lost=true
   "$root/hack/multihost/engine.sh" stop
   step "wait for the lost worker $lost to be replaced on engine 1"
   deadline=$((SECONDS + 600))
@@ -334,6 +335,7 @@ YAML
 
   step "engine 2 comes back: the lost worker's container goes"
   "$root/hack/multihost/engine.sh" start
+  engine2_lost=false
   deadline=$((SECONDS + 300))
   until [[ -z "$(engine2 ps -aq --filter "name=^$lost_container\$")" ]]; do
     ((SECONDS < deadline)) || die "CAPCT did not remove $lost_container from engine 2 within 300s of its return"
@@ -366,8 +368,13 @@ down_both() {
   log "nothing of $cluster left on engine 2"
 }
 
+engine2_lost=false
 on_failure() {
   diagnose
+  if $engine2_lost; then
+    # Back, so that the cluster's deletion reaches its containers there.
+    "$root/hack/multihost/engine.sh" start || true
+  fi
   if $remove_on_failure; then
     remove_on_failure=false
     log "---- removing the test's clusters"
