@@ -165,21 +165,12 @@ check_placement() {
   log "engine 2 holds $node_image, copied there by CAPCT"
 }
 
-# load_probe_image NODE...: the probe image, through the engine each node
-# is on.
-load_probe_image() {
-  local key ctx node
-  key=$(sha256sum /bin/busybox | hash_of)
-  if [[ "$(image_label "$probe_image" io.capct.quickstart.inputs)" != "$key" ]]; then
-    ctx=$(mktemp -d)
-    cp /bin/busybox "$ctx/busybox"
-    printf 'FROM scratch\nCOPY busybox /bin/busybox\nLABEL io.capct.quickstart.inputs="%s"\nENTRYPOINT ["/bin/busybox"]\n' "$key" >"$ctx/Dockerfile"
-    docker build -q -t "$probe_image" "$ctx" >/dev/null
-    rm -rf "$ctx"
-  fi
-  for node in "$@"; do
-    docker save "$probe_image" | on_engine "$(engine_of "$node")" exec -i "$node" ctr -n k8s.io images import - >/dev/null
-  done
+# node_engine NODE ARGS...: docker on the engine that runs NODE's container
+# (quickstart.sh's load_probe_image uses it).
+node_engine() {
+  local node=$1
+  shift
+  on_engine "$(engine_of "$node")" "$@"
 }
 
 # probe_pod NAME NODE: a busybox pod on NODE.

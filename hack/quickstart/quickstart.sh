@@ -283,8 +283,16 @@ load_probe_image() {
     rm -rf "$ctx"
   fi
   for node in "$@"; do
-    docker save "$probe_image" | wl_engine exec -i "$node" ctr -n k8s.io images import - >/dev/null
+    docker save "$probe_image" | node_engine "$node" exec -i "$node" ctr -n k8s.io images import - >/dev/null
   done
+}
+
+# node_engine NODE ARGS...: the CLI of the engine that runs NODE's
+# container, with ARGS: the workload engine (hack/multihost/cluster-test.sh
+# runs nodes on two engines, and says which).
+node_engine() {
+  shift
+  wl_engine "$@"
 }
 
 # http_get HOST PORT: the body's last line of GET / from the client pod.
