@@ -465,6 +465,28 @@ func TestBootstrapRunsTheDataAsynchronously(t *testing.T) {
 	}
 }
 
+// TestBootstrapGivesTheDataTheMachinesAddress runs bootstrap data that
+// uses {{ ds.meta_data.local_ipv4 }}, as the multihost flavor's node-ip and
+// advertise addresses do: it must be the container's address on the
+// cluster network, the one other engines' nodes reach.
+func TestBootstrapGivesTheDataTheMachinesAddress(t *testing.T) {
+	e := newEnv(t, `## template: jinja
+#cloud-config
+write_files:
+- path: /etc/capct/node-ip
+  content: "{{ ds.meta_data.local_ipv4 }}"
+- path: /run/cluster-api/bootstrap-success.complete
+  content: success
+`)
+	s := e.scope()
+	bootstrap(t, e, s)
+	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
+	got, err := e.runtime.ReadFile(context.Background(), cpName, "/etc/capct/node-ip")
+	if want := s.Container.IPv4; err != nil || !want.IsValid() || string(got) != want.String() {
+		t.Fatalf("want the container's address %s in the file, got %q %v", want, got, err)
+	}
+}
+
 func TestBootstrapTrustsTheSentinelAfterARestart(t *testing.T) {
 	e := newEnv(t, cloudConfig)
 	ctx := context.Background()
