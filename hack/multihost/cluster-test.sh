@@ -154,6 +154,12 @@ check_placement() {
     esac
   done < <(kwl get nodes -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')
   ((n1 == 1 && n2 == 1)) || die "workers: $n1 on engine 1 and $n2 on engine 2, want one on each"
+  # Pods get the overlay's MTU, smaller than a bridge's by VXLAN's 50 bytes.
+  for name in $(kwl get nodes -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}'); do
+    node_engine "$name" exec "$name" cat /etc/cni/net.d/10-capct.conflist | grep -q '"mtu": 1450' ||
+      die "the CNI configuration of $name does not give pods the overlay's MTU (1450)"
+  done
+  log "every node's pods get the overlay's MTU, 1450"
   # Each Node registered on its overlay address, which the other engine's
   # nodes reach, not its docker_gwbridge address, which they do not.
   local bad

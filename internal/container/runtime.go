@@ -111,6 +111,10 @@ type SwarmInfo struct {
 	NodeAddr string
 }
 
+// OverlayMTU is the MTU of Docker's overlay networks unless their creator
+// set another: 1500 less the 50 bytes of VXLAN's encapsulation.
+const OverlayMTU = 1450
+
 // IPFamily selects the address families of a network.
 type IPFamily string
 
@@ -140,7 +144,8 @@ type NetworkSpec struct {
 	Owner Owner
 	// IPFamily selects the families; empty means IPv4.
 	IPFamily IPFamily
-	// Overlay makes an attachable overlay network of the engine's swarm,
+	// Overlay makes an attachable overlay network of the engine's swarm
+	// (MTU OverlayMTU),
 	// which connects containers on every engine of the swarm
 	// (docs/multihost.md), instead of a bridge local to the engine. Only a
 	// swarm manager creates one.
@@ -164,6 +169,9 @@ type Network struct {
 	// reports only its own containers among Endpoints, and does not refuse
 	// an address another engine's container holds (docs/multihost.md).
 	Overlay bool
+	// MTU of the containers' interfaces on the network when it is not the
+	// usual 1500: an overlay's, smaller by its encapsulation; 0 otherwise.
+	MTU int
 	// IPv4Subnet is the IPv4 subnet, invalid if none.
 	IPv4Subnet netip.Prefix
 	// IPv6Subnet is the IPv6 subnet, invalid if none.

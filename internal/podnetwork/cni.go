@@ -27,6 +27,7 @@ type cniConfList struct {
 type bridgePlugin struct {
 	Type        string   `json:"type"`
 	Bridge      string   `json:"bridge"`
+	MTU         int      `json:"mtu,omitempty"`
 	IsGateway   bool     `json:"isGateway"`
 	IPMasq      bool     `json:"ipMasq"`
 	HairpinMode bool     `json:"hairpinMode"`
@@ -51,9 +52,12 @@ type portmapPlugin struct {
 // CNIConfig returns the CNI configuration list of a node whose pod CIDRs
 // are podCIDRs (one per family, primary family first): a bridge with
 // host-local IPAM over exactly those CIDRs, a default route per family
-// through the bridge, and portmap for hostPort. The output is deterministic,
-// so it can be compared with what the node already has.
-func CNIConfig(podCIDRs []netip.Prefix) ([]byte, error) {
+// through the bridge, and portmap for hostPort. mtu, when not 0, is the
+// pods' MTU: a node on an overlay network carries smaller frames than the
+// bridge's default, and pods that sent larger ones would rely on path MTU
+// discovery, which a datagram without retries does not survive. The output
+// is deterministic, so it can be compared with what the node already has.
+func CNIConfig(podCIDRs []netip.Prefix, mtu int) ([]byte, error) {
 	if len(podCIDRs) == 0 {
 		return nil, fmt.Errorf("failed to render the CNI config: no pod CIDRs")
 	}
@@ -75,7 +79,7 @@ func CNIConfig(podCIDRs []netip.Prefix) ([]byte, error) {
 		Plugins: []any{
 			// No ipMasq: it would masquerade pod-to-pod traffic across
 			// nodes too. MasqueradeCommand programs the narrower rule.
-			bridgePlugin{Type: "bridge", Bridge: BridgeName, IsGateway: true, IPMasq: false, HairpinMode: true, IPAM: ipam},
+			bridgePlugin{Type: "bridge", Bridge: BridgeName, MTU: mtu, IsGateway: true, IPMasq: false, HairpinMode: true, IPAM: ipam},
 			portmapPlugin{Type: "portmap", Capabilities: map[string]bool{"portMappings": true}},
 		},
 	}

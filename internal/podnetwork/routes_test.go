@@ -201,15 +201,17 @@ func TestDiffRoutes(t *testing.T) {
 func TestCNIConfig(t *testing.T) {
 	for name, tc := range map[string]struct {
 		cidrs  []netip.Prefix
+		mtu    int
 		ranges []string
 		routes []string
 	}{
-		"IPv4":       {[]netip.Prefix{pfx("10.244.3.0/24")}, []string{"10.244.3.0/24"}, []string{"0.0.0.0/0"}},
-		"IPv6":       {[]netip.Prefix{pfx("fd00:10:244:3::/64")}, []string{"fd00:10:244:3::/64"}, []string{"::/0"}},
-		"dual stack": {[]netip.Prefix{pfx("fd00:10:244:3::/64"), pfx("10.244.3.0/24")}, []string{"fd00:10:244:3::/64", "10.244.3.0/24"}, []string{"::/0", "0.0.0.0/0"}},
+		"IPv4":          {[]netip.Prefix{pfx("10.244.3.0/24")}, 0, []string{"10.244.3.0/24"}, []string{"0.0.0.0/0"}},
+		"IPv6":          {[]netip.Prefix{pfx("fd00:10:244:3::/64")}, 0, []string{"fd00:10:244:3::/64"}, []string{"::/0"}},
+		"dual stack":    {[]netip.Prefix{pfx("fd00:10:244:3::/64"), pfx("10.244.3.0/24")}, 0, []string{"fd00:10:244:3::/64", "10.244.3.0/24"}, []string{"::/0", "0.0.0.0/0"}},
+		"on an overlay": {[]netip.Prefix{pfx("10.244.3.0/24")}, 1450, []string{"10.244.3.0/24"}, []string{"0.0.0.0/0"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			b, err := CNIConfig(tc.cidrs)
+			b, err := CNIConfig(tc.cidrs, tc.mtu)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -219,6 +221,7 @@ func TestCNIConfig(t *testing.T) {
 				Plugins    []struct {
 					Type         string          `json:"type"`
 					Bridge       string          `json:"bridge"`
+					MTU          *int            `json:"mtu"`
 					IsGateway    bool            `json:"isGateway"`
 					IPMasq       bool            `json:"ipMasq"`
 					HairpinMode  bool            `json:"hairpinMode"`
@@ -240,6 +243,11 @@ func TestCNIConfig(t *testing.T) {
 			if br.Type != "bridge" || br.Bridge != "capct0" || !br.IsGateway || br.IPMasq || !br.HairpinMode || br.IPAM.Type != "host-local" {
 				t.Fatalf("bridge plugin: %s", b)
 			}
+			// No mtu at all on a bridge network, so that the nodes of
+			// clusters made before it keep the configuration they have.
+			if tc.mtu == 0 && br.MTU != nil || tc.mtu != 0 && (br.MTU == nil || *br.MTU != tc.mtu) {
+				t.Fatalf("bridge plugin mtu %v, want %d: %s", br.MTU, tc.mtu, b)
+			}
 			var ranges, routes []string
 			for _, r := range br.IPAM.Ranges {
 				if len(r) != 1 {
@@ -256,13 +264,13 @@ func TestCNIConfig(t *testing.T) {
 			if pm.Type != "portmap" || !pm.Capabilities["portMappings"] {
 				t.Fatalf("portmap plugin: %s", b)
 			}
-			again, _ := CNIConfig(tc.cidrs)
+			again, _ := CNIConfig(tc.cidrs, tc.mtu)
 			if string(again) != string(b) {
 				t.Fatal("not deterministic")
 			}
 		})
 	}
-	if _, err := CNIConfig(nil); err == nil {
+	if _, err := CNIConfig(nil, 0); err == nil {
 		t.Fatal("no CIDRs must fail")
 	}
 }

@@ -53,6 +53,11 @@ type clusterState struct {
 	// holder of sync touches it, and not from the goroutines of a sync.
 	nodes map[string]programmed
 
+	// mtu is the pods' MTU (CNIConfig), read once from the cluster's
+	// network when mtuKnown; only the holder of sync touches them.
+	mtu      int
+	mtuKnown bool
+
 	mu sync.Mutex
 	// starts counts the starts of each node container seen since the
 	// manager started; a node programmed at an older count has lost its
@@ -140,6 +145,10 @@ func (s *Syncer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infra
 		client.MatchingLabels{clusterv1.ClusterNameLabel: cluster.Name}); err != nil {
 		return fmt.Errorf("failed to list the ContainerMachines of Cluster %s: %w", klog.KObj(cluster), err)
 	}
+	mtu, err := s.podMTU(ctx, st, cluster, cc)
+	if err != nil {
+		return err
+	}
 	cidrsOf := make(map[string][]netip.Prefix, len(machines.Items))
 	for i := range machines.Items {
 		cidrsOf[machines.Items[i].Name] = nodeipam.Recorded(&machines.Items[i])
@@ -177,7 +186,7 @@ func (s *Syncer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infra
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			results[i].programmed, results[i].err = s.syncNode(ctx, st, c, owner.ForMachine(c.Labels[container.LabelMachine]), n, p, known, desired[n.Name], cfg.ClusterCIDRs)
+			results[i].programmed, results[i].err = s.syncNode(ctx, st, c, owner.ForMachine(c.Labels[container.LabelMachine]), n, p, known, desired[n.Name], cfg.ClusterCIDRs, mtu)
 		})
 	}
 	wg.Wait()
@@ -232,7 +241,7 @@ func (st *clusterState) startsOf(name string) uint64 {
 // desired routes, from p, what it was last brought to (known says there is
 // such a record), and returns what it brought the node to. The caller holds
 // st.sync.
-func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c engines.Owned, owner container.Owner, n Node, p programmed, known bool, desired []Route, clusterCIDRs []netip.Prefix) (programmed, error) {
+func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c engines.Owned, owner container.Owner, n Node, p programmed, known bool, desired []Route, clusterCIDRs []netip.Prefix, mtu int) (programmed, error) {
 	now := s.clock.Now()
 	verifyInterval := s.VerifyInterval
 	if verifyInterval == 0 {
@@ -245,7 +254,7 @@ func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c engines.Owned
 	current := p.routes
 	if !trusted {
 		if len(n.PodCIDRs) > 0 {
-			if err := writeCNIConfig(ctx, c.Runtime, n.Name, owner, n.PodCIDRs); err != nil {
+			if err := writeCNIConfig(ctx, c.Runtime, n.Name, owner, n.PodCIDRs, mtu); err != nil {
 				return programmed{}, err
 			}
 		}
@@ -267,10 +276,31 @@ func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c engines.Owned
 	return p, nil
 }
 
+// podMTU returns the pods' MTU for cc's nodes: the MTU of the overlay
+// network of a cluster on several engines, read from its first engine once
+// (it never changes), and 0 (the bridge plugin's default) for a cluster on
+// one engine's bridge. The caller holds st.sync.
+func (s *Syncer) podMTU(ctx context.Context, st *clusterState, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (int, error) {
+	if st.mtuKnown || len(s.engines.ForCluster(cc)) < 2 {
+		return st.mtu, nil
+	}
+	rt, err := engines.FirstEngine(s.engines, cc)
+	if err != nil {
+		return 0, err
+	}
+	name := naming.NetworkName(cluster, cc)
+	n, err := rt.InspectNetwork(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("failed to read the MTU of network %s of Cluster %s: %w", name, klog.KObj(cluster), err)
+	}
+	st.mtu, st.mtuKnown = n.MTU, true
+	return st.mtu, nil
+}
+
 // writeCNIConfig writes the node's CNI configuration unless it already has
 // it.
-func writeCNIConfig(ctx context.Context, rt container.Runtime, name string, owner container.Owner, cidrs []netip.Prefix) error {
-	want, err := CNIConfig(cidrs)
+func writeCNIConfig(ctx context.Context, rt container.Runtime, name string, owner container.Owner, cidrs []netip.Prefix, mtu int) error {
+	want, err := CNIConfig(cidrs, mtu)
 	if err != nil {
 		return err
 	}

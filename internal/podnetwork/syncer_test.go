@@ -283,3 +283,27 @@ func TestSyncOneSlowNodeHoldsUpNoOther(t *testing.T) {
 		t.Fatalf("%s's routes %v", slow, e.routes.get(slow))
 	}
 }
+
+// TestSyncGivesPodsTheOverlaysMTU syncs a node of a cluster on two engines,
+// whose network is an overlay: its pods get the overlay's MTU, read from
+// the cluster's first engine.
+func TestSyncGivesPodsTheOverlaysMTU(t *testing.T) {
+	e := newSyncEnv(t, "10.244.0.0/16")
+	overlay := "capct-c1-overlay"
+	e.cc.Spec.Engines = []infrav1.ClusterEngine{{Name: "a"}, {Name: "b"}}
+	e.cc.Spec.Network.Name = overlay
+	if _, err := e.rt.EnsureNetwork(e.ctx, container.NetworkSpec{Name: overlay, Owner: naming.ClusterOwner(e.cluster, e.cc), Overlay: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.network = overlay
+	e.syncer = NewSyncer(engines.Named(map[string]container.Runtime{"a": e.rt, "b": fake.New(e.clock)}), e.mgmt, e.clock)
+	name := e.node("m1", "10.244.1.0/24")
+	e.sync()
+	conf, err := e.rt.ReadFile(e.ctx, name, CNIConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf(`"mtu": %d`, container.OverlayMTU); !strings.Contains(string(conf), want) {
+		t.Fatalf("the node's CNI config does not set %s:\n%s", want, conf)
+	}
+}

@@ -176,8 +176,8 @@ func TestEnsureNetworkMakesAnOverlay(t *testing.T) {
 		t.Fatalf("EnsureNetwork of an overlay on engine 1: %v", err)
 	}
 	t.Cleanup(func() { _ = one.DeleteNetwork(context.Background(), spec.Name, owner) })
-	if !n.Overlay || !n.IPv4Subnet.IsValid() {
-		t.Fatalf("want an overlay with a subnet, got %+v", n)
+	if !n.Overlay || !n.IPv4Subnet.IsValid() || n.MTU != container.OverlayMTU {
+		t.Fatalf("want an overlay with a subnet and an MTU of %d, got %+v", container.OverlayMTU, n)
 	}
 	for _, p := range avoid {
 		if n.IPv4Subnet.Overlaps(p) {

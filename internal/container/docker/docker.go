@@ -280,6 +280,11 @@ func (r *Runtime) InspectNetwork(ctx context.Context, name string) (container.Ne
 		return container.Network{}, container.NewError("inspect", "network", name, container.KindNotFound, errors.New("no such network"))
 	}
 	n := container.Network{Name: ni.Name, ID: ni.ID, Labels: ni.Labels, Overlay: ni.Scope == "swarm"}
+	if mtu, err := strconv.Atoi(ni.Options["com.docker.network.driver.mtu"]); err == nil && mtu > 0 && mtu != 1500 {
+		n.MTU = mtu
+	} else if n.Overlay {
+		n.MTU = container.OverlayMTU
+	}
 	for _, c := range ni.IPAM.Config {
 		p, err := netip.ParsePrefix(c.Subnet)
 		if err != nil {

@@ -245,6 +245,9 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 			continue
 		}
 		n := container.Network{Name: spec.Name, ID: r.newID(), Labels: spec.Owner.Labels(), Overlay: spec.Overlay}
+		if spec.Overlay {
+			n.MTU = container.OverlayMTU
+		}
 		if family.HasIPv4() || family == container.IPv6 { // bridge networks always get IPv4
 			n.IPv4Subnet, n.IPv4Gateway, n.DynamicIPv4Range = v4, container.Gateway(v4), container.DynamicRange(v4)
 		}
