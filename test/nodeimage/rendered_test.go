@@ -270,7 +270,7 @@ func (p *podNetwork) add(t *testing.T, name, address string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf, err := podnetwork.CNIConfig(cidrs)
+	conf, err := podnetwork.CNIConfig(cidrs, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
