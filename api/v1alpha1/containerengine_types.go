@@ -170,9 +170,9 @@ type SwarmMembership struct {
 // CAPCT reports in its Available condition whether it reaches the engine.
 // An engine that ContainerClusters list is not removed when deleted: it
 // stays, served, with Deleting True (InUse) naming them, until they go.
-// A cluster may run on one engine; a cluster that names several is refused
-// with EnginesReady=False (NotSupportedYet) and runs nothing until their
-// overlay network is built (docs/multihost.md).
+// A cluster on one engine runs on that engine's own bridge network; a
+// cluster on several runs on an overlay network of the swarm they are in
+// (docs/multihost.md).
 type ContainerEngine struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
