@@ -118,7 +118,20 @@ func TestRestartedContainersKeepAddressesAndPort(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(remove)
 	g.Expect(rt.Start(ctx, nodeName, nodeOwner)).To(Succeed())
-	g.Expect(dockertest.Restart(ctx, rt, lbName)).To(Succeed())
+	// The load balancer is stopped and started again. The controller
+	// starts a load balancer it finds stopped, and the engine fails the
+	// later of two racing starts ("id already in use"), so the test starts
+	// it only while it is still stopped, and waits for it to run.
+	lbOwner := container.OwnerOf(lb.Labels)
+	g.Expect(rt.Stop(ctx, lbName, lbOwner, 10*time.Second)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		m, err := rt.Inspect(ctx, lbName)
+		g.Expect(err).NotTo(HaveOccurred())
+		if m.State != container.StateRunning {
+			_ = rt.Start(ctx, lbName, lbOwner)
+		}
+		g.Expect(m.State).To(Equal(container.StateRunning))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 
 	after, err := rt.Inspect(ctx, nodeName)
 	g.Expect(err).NotTo(HaveOccurred())

@@ -185,11 +185,6 @@ func FileMode(ctx context.Context, rt *docker.Runtime, name, path string) (os.Fi
 	return st.Mode.Perm(), nil
 }
 
-// Restart restarts the container through the engine, behind CAPCT's back.
-func Restart(ctx context.Context, rt *docker.Runtime, name string) error {
-	return rt.Client().ContainerRestart(ctx, name, dcontainer.StopOptions{})
-}
-
 // KillMainProcess kills the container's PID 1 from the host, as a crash
 // would, so that only its restart policy can bring it back, and returns
 // how often the engine had restarted it before.
