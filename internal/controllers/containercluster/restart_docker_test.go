@@ -143,9 +143,7 @@ func TestRestartedContainersKeepAddressesAndPort(t *testing.T) {
 
 	// CAPCT keeps reporting the same port and address, and the load
 	// balancer answers on the port written kubeconfigs name.
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
-	cc.Annotations = map[string]string{"test": "after-restart"}
-	g.Expect(env.Client.Update(ctx, cc)).To(Succeed())
+	wake(ctx, g, cc, "after-restart")
 	g.Consistently(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
 		g.Expect(int(cc.Status.LoadBalancer.HostPort)).To(Equal(hostPort))
@@ -204,9 +202,9 @@ backend kube-apiservers
 	template := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: "haproxy-template"},
 		Data: map[string]string{"value": good}}
 	g.Expect(env.Client.Create(ctx, template)).To(Succeed())
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
+	before := cc.DeepCopy()
 	cc.Spec.LoadBalancer.CustomHAProxyConfigTemplateRef = &infrav1.LocalObjectReference{Name: template.Name}
-	g.Expect(env.Client.Update(ctx, cc)).To(Succeed())
+	g.Expect(env.Client.Patch(ctx, cc, client.MergeFrom(before))).To(Succeed())
 
 	lbName := naming.LoadBalancerName(cluster.Namespace, cluster.Name)
 	var oldMarker string
@@ -230,9 +228,7 @@ backend kube-apiservers
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(template), template)).To(Succeed())
 	template.Data["value"] = good + "  no-such-haproxy-keyword on\n"
 	g.Expect(env.Client.Update(ctx, template)).To(Succeed())
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
-	cc.Annotations = map[string]string{"test": "broken-template"}
-	g.Expect(env.Client.Update(ctx, cc)).To(Succeed())
+	wake(ctx, g, cc, "broken-template")
 
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
