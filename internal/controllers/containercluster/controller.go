@@ -394,7 +394,10 @@ func (r *Reconciler) ensureNetwork(ctx context.Context, cluster *clusterv1.Clust
 	overlay := len(r.Engines.ForCluster(cc)) > 1
 	if cc.Spec.Network.Mode != infrav1.NetworkUnmanaged {
 		spec := container.NetworkSpec{Name: name, Owner: naming.ClusterOwner(cluster, cc), IPFamily: family, Overlay: overlay}
-		if overlay {
+		// The other engines' networks matter only to pick the subnet of a
+		// new overlay; asking them on every pass would also stop the
+		// cluster's reconcile while one of them is away.
+		if _, err := rt.InspectNetwork(ctx, name); overlay && container.IsNotFound(err) {
 			if spec.Avoid, err = r.localSubnets(ctx, cc); err != nil {
 				return nil, err
 			}

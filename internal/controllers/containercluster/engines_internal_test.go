@@ -2,6 +2,7 @@ package containercluster
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
@@ -183,6 +184,12 @@ func TestTheNetworkOfAClusterOnSeveralEnginesIsAnOverlay(t *testing.T) {
 	}
 	if _, err := b.InspectNetwork(ctx, name); !container.IsNotFound(err) {
 		t.Fatalf("a network was made on the second engine too: %v", err)
+	}
+	// Once made, the overlay does not need the other engines: one that is
+	// away must not stop the cluster's reconcile.
+	b.FailNext(fake.OpInspectNetwork, container.NewError("inspect", "network", "docker_gwbridge", container.KindUnreachable, errors.New("no route to host")))
+	if _, err := r.ensureNetwork(ctx, cluster, cc, name, container.IPv4); err != nil {
+		t.Fatalf("ensuring the existing overlay with engine b away: %v", err)
 	}
 
 	// An Unmanaged network that is local to the first engine cannot carry
