@@ -3,6 +3,7 @@ package loadbalancer
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,20 @@ func TestRenderRefusesUnboundedTemplates(t *testing.T) {
 		{name: "a range hidden in an if", template: `{{ if .IPv6 }}{{ else }}{{ range 5 }}{{ end }}{{ end }}`, want: "only .Backends"},
 		{name: "a recursive template", template: `{{ define "a" }}{{ template "a" . }}{{ template "a" . }}{{ end }}{{ template "a" . }}`, want: "defines templates"},
 		{name: "output over the size bound", template: `{{ range .Backends }}{{ range $.Backends }}{{ printf "%999999d" 1 }}{{ end }}{{ end }}`, want: "larger than 1048576 bytes"},
+		// The render bomb that OOMKilled the manager: a megabyte doubled
+		// twelve times in a variable (4 GiB), never written.
+		{name: "a value doubled in a variable", template: renderBomb(12), want: "a value of up to 2000002 bytes, more than 1048576"},
+		{name: "many values, each within the bound", template: `{{ range .Backends }}{{ range $.Backends }}{{ $x := printf "%0900000d" 0 }}{{ end }}{{ end }}`, want: "builds more than 4194304 bytes of values"},
+		{name: "printf width over the value bound", template: `{{ printf "%02000000d" 0 }}`, want: "printf width 2000000 is more than 1048576"},
+		{name: "printf precision over the value bound", template: `{{ printf "%.[1]2000000f" 1.0 }}`, want: "printf precision 2000000 is more than 1048576"},
+		{name: "printf width from an operand", template: `{{ printf "%*d" 100000000 0 }}`, want: "printf takes a width from an operand (*)"},
+		{name: "printf naming one operand many times", template: `{{ $a := printf "%0500000d" 0 }}{{ $b := printf "%[1]s%[1]s%[1]s" $a }}`, want: "more than 1048576"},
+		{name: "println of a large value twice", template: `{{ $a := printf "%0600000d" 0 }}{{ $b := println $a $a }}`, want: "more than 1048576"},
+		{name: "html escaping a large value", template: `{{ $a := printf "%0200000d" 0 }}{{ $b := html $a }}`, want: "a value of up to 1200006 bytes"},
+		{name: "js escaping a large value", template: `{{ $a := printf "%0200000d" 0 }}{{ $b := js $a $a }}`, want: "more than 1048576"},
+		{name: "urlquery escaping a large value", template: `{{ $a := printf "%0200000d" 0 }}{{ $b := urlquery $a }}`, want: "more than 1048576"},
+		{name: "JoinHostPort of a large host", template: `{{ $a := printf "%01000000d" 0 }}{{ $b := JoinHostPort $a $a }}`, want: "more than 1048576"},
+		{name: "call", template: `{{ call .FrontendPort }}`, want: "it uses call"},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,12 +110,33 @@ func TestRenderRefusesUnboundedTemplates(t *testing.T) {
 	}
 }
 
+// renderBomb is the hostile template of the report that took the manager
+// down: a megabyte of zeros, then doublings of it in a variable.
+func renderBomb(doublings int) string {
+	return `{{$a := printf "%01000000d" 0}}` + strings.Repeat(`{{$a = print $a $a}}`, doublings)
+}
+
+// TestRenderBoundsMemory measures what a refused render bomb allocated: a
+// few times the budget at most, never the gigabytes it asks for.
+func TestRenderBoundsMemory(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if _, err := Render(renderBomb(12), backends(3)); !errors.Is(err, ErrTemplateRefused) {
+		t.Fatalf("want a refusal, got %v", err)
+	}
+	runtime.ReadMemStats(&after)
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 4*maxBuilt {
+		t.Fatalf("the render allocated %d MiB, more than %d MiB", allocated>>20, 4*maxBuilt>>20)
+	}
+}
+
 // TestRenderTimesOut shows the time bound: a template within every
 // structural bound that is still slow is cut off, and its execution stops at
 // its next write.
 func TestRenderTimesOut(t *testing.T) {
 	slow := `{{ range .Backends }}{{ range $.Backends }}{{ printf "%99999d" 1 }}{{ end }}{{ end }}`
-	_, err := render(slow, backends(2000), limits{template: MaxTemplateSize, output: 1 << 40, timeout: 10 * time.Millisecond})
+	_, err := render(slow, backends(2000), limits{template: MaxTemplateSize, output: 1 << 40, value: 1 << 40, built: 1 << 40, timeout: 10 * time.Millisecond})
 	if !errors.Is(err, ErrTemplateRefused) || !strings.Contains(err.Error(), "longer than 10ms") {
 		t.Fatalf("want a timeout refusal, got %v", err)
 	}

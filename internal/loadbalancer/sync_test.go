@@ -204,6 +204,7 @@ func TestSyncUsesTheCustomTemplate(t *testing.T) {
 		{name: "no value key", data: map[string]string{"template": template("three")}, want: `has no key "value"`},
 		{name: "a template that does not parse", data: map[string]string{"value": "{{ .Backends "}, reason: infrav1.LoadBalancerConfigInvalidReason, want: "failed to parse"},
 		{name: "a refused template", data: map[string]string{"value": "{{ range 5 }}{{ end }}"}, reason: infrav1.LoadBalancerConfigInvalidReason, want: "only .Backends"},
+		{name: "the render bomb that took the manager down", data: map[string]string{"value": renderBomb(12)}, reason: infrav1.LoadBalancerConfigInvalidReason, want: "more than 1048576"},
 		{name: "a template with an unknown field", data: map[string]string{"value": "{{ .Nope }}"}, reason: infrav1.LoadBalancerConfigInvalidReason, want: "Nope"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
