@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,5 +160,27 @@ func TestSyncAndVerifyConfirmsTheLoadedConfiguration(t *testing.T) {
 	e.loaded = nil
 	if _, err := e.lb.SyncAndVerify(ctx, e.cluster, e.cc, m); err == nil || len(e.rt.Signals()) != 2 {
 		t.Fatalf("a configuration that is in place but not loaded must be reloaded again: %v, signals %v", err, e.rt.Signals())
+	}
+}
+
+// TestStatsAreNeverFollowedElsewhere: a statistics page that redirects (a
+// tenant's template can make HAProxy answer anything) is an error, and the
+// address it names is never asked.
+func TestStatsAreNeverFollowedElsewhere(t *testing.T) {
+	var followed atomic.Bool
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		followed.Store(true)
+		_, _ = w.Write([]byte("# pxname,svname\n"))
+	}))
+	defer elsewhere.Close()
+	lb := httptest.NewServer(http.RedirectHandler(elsewhere.URL, http.StatusFound))
+	defer lb.Close()
+
+	_, err := getStats(context.Background(), lb.URL+StatsPath+";csv")
+	if err == nil || !strings.Contains(err.Error(), "302 Found") {
+		t.Fatalf("want the redirect reported as an error, got %v", err)
+	}
+	if followed.Load() {
+		t.Fatal("the redirect was followed")
 	}
 }

@@ -69,14 +69,30 @@ func HTTPStats(ctx context.Context, m *container.Machine) ([]byte, error) {
 	if !addr.IsValid() {
 		return nil, fmt.Errorf("load balancer %s has no address", m.Name)
 	}
+	url := fmt.Sprintf("http://%s%s;csv", net.JoinHostPort(addr.String(), strconv.Itoa(StatsPort)), StatsPath)
+	return getStats(ctx, url)
+}
+
+// statsClient reads statistics pages. The page is served by a
+// configuration a tenant may write (customHAProxyConfigTemplateRef), so its
+// answer is never followed: a redirect would make the manager send a
+// request to any address the tenant names. Nor does it go through the
+// manager's HTTP proxy: the load balancer is on a network the manager
+// reaches directly.
+var statsClient = &http.Client{
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
+}
+
+// getStats GETs a statistics page, bounded in time and size.
+func getStats(ctx context.Context, url string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()
-	url := fmt.Sprintf("http://%s%s;csv", net.JoinHostPort(addr.String(), strconv.Itoa(StatsPort)), StatsPath)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := statsClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
