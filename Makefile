@@ -47,14 +47,20 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs, RBAC and webhook 
 	hack/templates.sh
 	go test ./internal/loadbalancer -run '^TestImageConfigIsRendered$$' -count=1 -update >/dev/null
 
+# Every script: the .sh files (sourced libraries have no shebang) and the
+# files that start with a shell's shebang.
+SHELL_SCRIPTS = $(sort $(shell git ls-files '*.sh'; git grep -lIE '^\#!(/usr/bin/env |/bin/)(bash|sh)' -- . ':!*.go' ':!*.md' ':!*.yaml' ':!*.yml'))
+
 .PHONY: verify
-verify: generate ## Fail when generated files are stale, code is not gofmt'd, or go vet complains
+verify: generate ## Fail when generated files are stale, code is not gofmt'd, go vet complains, or shellcheck finds a problem in a script
 	@if [ -n "$$(git status --porcelain -- api exp config templates images test/e2e/data)" ]; then \
 		echo "Generated files are stale; run 'make generate' and commit:"; git status --porcelain -- api exp config templates images test/e2e/data; exit 1; fi
 	@if [ -n "$$(gofmt -l $$(git ls-files '*.go'))" ]; then \
 		echo "Not gofmt'd:"; gofmt -l $$(git ls-files '*.go'); exit 1; fi
 	go vet ./...
 	cd hack/tools/kubernetes && go mod verify >/dev/null
+	hack/ensure-shellcheck.sh
+	shellcheck -x $(SHELL_SCRIPTS)
 
 ## --------------------------------------------------------------------------
 ## Test

@@ -99,7 +99,7 @@ start_detached() {
   # caller's open files, or it would hold them (a flock(1) lock, say) for as
   # long as it runs. The log is appended to, so that it keeps earlier runs.
   (
-    for fd in /proc/$BASHPID/fd/*; do
+    for fd in /proc/"$BASHPID"/fd/*; do
       fd=${fd##*/}
       if (( fd > 2 )); then eval "exec ${fd}>&-" 2>/dev/null || true; fi
     done

@@ -42,6 +42,7 @@ mkdir -p "$DEST"
 # The manager image defaults to the released version; users of locally built
 # images override it with CAPCT_MANAGER_IMAGE at `clusterctl init`.
 "$KUSTOMIZE" build "$ROOT/config/default" > "$DEST/infrastructure-components.yaml.tmp"
+# shellcheck disable=SC2016 # a clusterctl variable, left for clusterctl to expand
 dev='${CAPCT_MANAGER_IMAGE:=docker.io/capct/manager:dev}'
 rel="\${CAPCT_MANAGER_IMAGE:=docker.io/capct/manager:$VERSION}"
 if [[ $(grep -cF "$dev" "$DEST/infrastructure-components.yaml.tmp") != 1 ]]; then

@@ -157,6 +157,7 @@ flavor "$self_hosted" \
 # clusterctl move. Generated from templates/parts and test/e2e/parts by
 # hack/templates.sh; edit the parts." \
   cluster
+# shellcheck disable=SC2016 # a clusterctl variable in the template, matched as text
 sed -e '/^      image: ${CAPCT_NODE_IMAGE/r ../test/e2e/parts/self-hosted-machine.yaml' \
   parts/control-plane.yaml parts/machinedeployment.yaml >> "$self_hosted"
 [[ $(grep -c 'hostPath: /var/run/docker.sock' "$self_hosted") -eq 2 ]] ||

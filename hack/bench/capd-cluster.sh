@@ -82,6 +82,7 @@ YAML
 # the bridge CNI configuration added. yq prints no separator before its
 # first document.
 echo ---
+# shellcheck disable=SC2016 # $script is yq's variable, not the shell's
 cat "$parts/control-plane.yaml" "$parts/machinedeployment.yaml" "$parts/machinepool.yaml" |
   sed -e '/# CAPCT.s bootstrap replaces/,/value: "container:\/\/\/{{ ds.meta_data.local_hostname }}"/d' \
     -e 's|infrastructure.cluster.x-k8s.io/v1alpha1|infrastructure.cluster.x-k8s.io/v1beta2|' \

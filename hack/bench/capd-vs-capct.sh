@@ -306,6 +306,7 @@ floor() {
   cp=$(docker ps -q --filter "label=io.x-k8s.kind.cluster=$cluster" --filter "label=io.x-k8s.kind.role=control-plane" | head -1)
   token=$(docker exec "$cp" kubeadm token create --ttl 30m)
   endpoint=$(kmgmt get cluster "$cluster" -n default -o jsonpath='{.spec.controlPlaneEndpoint.host}:{.spec.controlPlaneEndpoint.port}')
+  # shellcheck disable=SC2016 # $n is yq's variable, not the shell's
   config=$(yq -c --arg n "$cluster-mp-0" 'select(.kind == "KubeadmConfig" and .metadata.name == $n) | .spec' "$QS_OUT/$cluster.yaml")
   jq -n --arg e "$endpoint" --arg t "$token" --argjson c "$config" '{
     apiVersion: "kubeadm.k8s.io/v1beta4", kind: "JoinConfiguration",

@@ -359,6 +359,7 @@ down_both() {
   (down)
   left=$(engine2_leftovers)
   if [[ -n "$left" ]]; then
+    # shellcheck disable=SC2046 # one argument per container
     engine2 rm -f -v $(awk '{print $2}' <<<"$left") >/dev/null 2>&1 || true
     die "CAPCT's deletion left on engine 2 (now removed): $left"
   fi
@@ -376,6 +377,7 @@ on_failure() {
     remove_on_failure=false
     log "---- removing the test's clusters"
     (down) || true
+    # shellcheck disable=SC2046 # one argument per container
     engine2 rm -f -v $(engine2_leftovers | awk '{print $2}') >/dev/null 2>&1 || true
   fi
 }
