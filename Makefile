@@ -52,7 +52,7 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs, RBAC and webhook 
 SHELL_SCRIPTS = $(sort $(shell git ls-files '*.sh'; git grep -lIE '^\#!(/usr/bin/env |/bin/)(bash|sh)' -- . ':!*.go' ':!*.md' ':!*.yaml' ':!*.yml'))
 
 .PHONY: verify
-verify: generate ## Fail when generated files are stale, code is not gofmt'd, go vet complains, or shellcheck finds a problem in a script
+verify: generate ## Fail when generated files are stale, code is not gofmt'd, go vet complains, shellcheck finds a problem in a script, or a document names a test or links a file that does not exist
 	@if [ -n "$$(git status --porcelain -- api exp config templates images test/e2e/data)" ]; then \
 		echo "Generated files are stale; run 'make generate' and commit:"; git status --porcelain -- api exp config templates images test/e2e/data; exit 1; fi
 	@if [ -n "$$(gofmt -l $$(git ls-files '*.go'))" ]; then \
@@ -61,6 +61,7 @@ verify: generate ## Fail when generated files are stale, code is not gofmt'd, go
 	cd hack/tools/kubernetes && go mod verify >/dev/null
 	hack/ensure-shellcheck.sh
 	shellcheck -x $(SHELL_SCRIPTS)
+	hack/verify-docs.sh
 
 ## --------------------------------------------------------------------------
 ## Test
