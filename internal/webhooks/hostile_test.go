@@ -32,11 +32,17 @@ var testPolicy = policy.Policy{
 }
 
 // Clusters the table's machines belong to: one paused as clusterctl move
-// leaves it, one whose machines count against the cap.
+// leaves it, one whose machines count against the cap, and names of
+// clusters that do not exist (yet).
 const (
 	pausedCluster = "moving"
 	cappedCluster = "capped"
+	ghostCluster  = "ghost"
 )
+
+// userFinalizer is a finalizer someone other than CAPCT put on an object,
+// which holds it, deleted, for as long as they like.
+const userFinalizer = "example.com/hold"
 
 func createFixtureClusters(ctx context.Context, c client.Client) error {
 	for _, cl := range []*clusterv1.Cluster{
@@ -117,6 +123,11 @@ func inCluster(name string) func(*infrav1.ContainerMachine) {
 	}
 }
 
+// relabel is an update that moves an object to the cluster name.
+func relabel(name string) func(client.Object) {
+	return func(o client.Object) { o.SetLabels(map[string]string{clusterv1.ClusterNameLabel: name}) }
+}
+
 func network(name string, mode infrav1.NetworkMode) func(*infrav1.ContainerCluster) {
 	return func(c *infrav1.ContainerCluster) { c.Spec.Network.Name, c.Spec.Network.Mode = name, mode }
 }
@@ -133,6 +144,9 @@ type hostileCase struct {
 	// updated with update applied.
 	obj    client.Object
 	update func(client.Object)
+	// deleted makes obj carry userFinalizer and deletes it before the
+	// update, which then meets an object being deleted.
+	deleted bool
 	// refused is the field path the API server's refusal must name; empty
 	// when the object is accepted.
 	refused string
@@ -310,6 +324,26 @@ func hostileCases() []hostileCase {
 				machine(inCluster(cappedCluster)), machine(inCluster(cappedCluster)), machine(inCluster(cappedCluster)),
 			},
 			obj: machine(inCluster(cappedCluster)), refused: "metadata.labels[cluster.x-k8s.io/cluster-name]"},
+		{kind: "ContainerMachine", input: "a 4th machine for a Cluster that does not exist yet, with --max-machines-per-cluster=3",
+			existing: []client.Object{
+				machine(inCluster(ghostCluster)), machine(inCluster(ghostCluster)), machine(inCluster(ghostCluster)),
+			},
+			obj: machine(inCluster(ghostCluster)), refused: "metadata.labels[cluster.x-k8s.io/cluster-name]"},
+		{kind: "ContainerMachine", input: "cluster-name label changed from a Cluster that does not exist to a running one (bypassing its cap)",
+			obj:     machine(inCluster(ghostCluster + "-1")),
+			update:  relabel(cappedCluster),
+			refused: "metadata.labels[cluster.x-k8s.io/cluster-name]"},
+		{kind: "ContainerMachine", input: "cluster-name label removed",
+			obj:     machine(inCluster(cappedCluster)),
+			update:  func(o client.Object) { o.SetLabels(nil) },
+			refused: "metadata.labels[cluster.x-k8s.io/cluster-name]"},
+		{kind: "ContainerMachine", input: "cluster-name label added to an unlabelled machine, with the Cluster at --max-machines-per-cluster=3",
+			existing: []client.Object{
+				machine(inCluster(cappedCluster)), machine(inCluster(cappedCluster)), machine(inCluster(cappedCluster)),
+			},
+			obj:     machine(func(*infrav1.ContainerMachine) {}),
+			update:  relabel(cappedCluster),
+			refused: "metadata.labels[cluster.x-k8s.io/cluster-name]"},
 		{kind: "ContainerMachine", input: "a 253-character name with dots (too long and invalid for a hostname)",
 			obj: machine(func(m *infrav1.ContainerMachine) {
 				m.Name = strings.Repeat("a.", 126) + "b"
@@ -340,10 +374,44 @@ func hostileCases() []hostileCase {
 		{kind: "ContainerMachinePool", input: "memory 100Mi",
 			obj:     pool(func(s *infrav1.ContainerMachineSpec) { s.Resources.Memory = quantity("100Mi") }),
 			refused: "spec.template.resources.memory"},
+		{kind: "ContainerMachinePool", input: "cluster-name label changed to another cluster",
+			obj: func() client.Object {
+				p := validPool("")
+				p.Labels = map[string]string{clusterv1.ClusterNameLabel: ghostCluster}
+				return p
+			}(),
+			update: relabel(cappedCluster), refused: "metadata.labels[cluster.x-k8s.io/cluster-name]"},
 		{kind: "ContainerMachinePoolTemplate", input: "image evil/node:1",
 			obj: poolTemplate(image("evil/node:1")), refused: "spec.template.spec.template.image"},
 		{kind: "ContainerMachinePoolTemplate", input: "mount onto /usr",
 			obj: poolTemplate(mount("/usr", "/srv/capct/usr")), refused: "spec.template.spec.template.extraMounts[0].containerPath"},
+
+		// Objects being deleted, held by a finalizer that is not CAPCT's:
+		// the checks still apply, and only what the deletion needs (the
+		// finalizers' removal) passes.
+		{kind: "ContainerCluster", input: "load balancer image evil/haproxy:1 set while deleted under a user's finalizer",
+			obj: cluster(func(*infrav1.ContainerCluster) {}), deleted: true,
+			update:  func(o client.Object) { o.(*infrav1.ContainerCluster).Spec.LoadBalancer.Image = "evil/haproxy:1" },
+			refused: "spec.loadBalancer.image"},
+		{kind: "ContainerMachine", input: "mount onto /etc added while deleted under a user's finalizer",
+			obj: machine(func(*infrav1.ContainerMachine) {}), deleted: true,
+			update: func(o client.Object) {
+				m := o.(*infrav1.ContainerMachine)
+				m.Spec.ExtraMounts = append(m.Spec.ExtraMounts, infrav1.Mount{ContainerPath: "/etc", HostPath: "/tmp"})
+			}, refused: "spec.extraMounts[1].containerPath"},
+		{kind: "ContainerMachine", input: "cluster-name label changed while deleted under a user's finalizer",
+			obj: machine(inCluster(ghostCluster + "-2")), deleted: true,
+			update: relabel(cappedCluster), refused: "metadata.labels[cluster.x-k8s.io/cluster-name]"},
+		{kind: "ContainerMachineTemplate", input: "spec.template.spec changed (to an allowed image) while deleted under a user's finalizer",
+			obj: machineTemplate(func(*infrav1.ContainerMachineSpec) {}), deleted: true,
+			update: func(o client.Object) {
+				o.(*infrav1.ContainerMachineTemplate).Spec.Template.Spec.Image = "capct/node:v1.35.5"
+			}, refused: "spec.template.spec"},
+		{kind: "ContainerMachinePool", input: "preloaded image evil/miner:1 added while deleted under a user's finalizer",
+			obj: pool(func(*infrav1.ContainerMachineSpec) {}), deleted: true,
+			update: func(o client.Object) {
+				o.(*expinfrav1.ContainerMachinePool).Spec.Template.PreLoadImages = []string{"evil/miner:1"}
+			}, refused: "spec.template.preLoadImages[0]"},
 	}
 }
 
@@ -376,7 +444,16 @@ func TestHostileInputs(t *testing.T) {
 			if obj.GetName() == "" {
 				obj.SetName(fmt.Sprintf("hostile-%d", i))
 			}
+			if tc.deleted {
+				obj.SetFinalizers(append(obj.GetFinalizers(), userFinalizer))
+			}
 			err := create(t, obj)
+			if tc.deleted {
+				if err != nil {
+					t.Fatalf("failed to create the object to delete: %v", err)
+				}
+				deleteHeld(ctx, t, obj)
+			}
 			if tc.update != nil {
 				if err != nil {
 					t.Fatalf("failed to create the object to update: %v", err)
@@ -401,6 +478,33 @@ func TestHostileInputs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// deleteHeld deletes obj, which userFinalizer holds, and reads it back
+// being deleted. Once the test ends it removes the finalizer, which must be
+// accepted: it is all a deletion needs.
+func deleteHeld(ctx context.Context, t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := env.Client.Delete(ctx, obj); err != nil {
+		t.Fatalf("failed to delete the object: %v", err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatalf("failed to read the deleted object: %v", err)
+	}
+	if obj.GetDeletionTimestamp().IsZero() {
+		t.Fatalf("the object was deleted but has no deletion timestamp")
+	}
+	t.Cleanup(func() {
+		held := obj.DeepCopyObject().(client.Object)
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), held); err != nil {
+			t.Errorf("failed to read the deleted object: %v", err)
+			return
+		}
+		held.SetFinalizers(nil)
+		if err := env.Client.Update(ctx, held); err != nil {
+			t.Errorf("the removal of the last finalizer of an object being deleted was refused: %v", err)
+		}
+	})
 }
 
 // namesField reports whether msg names the field path exactly: as

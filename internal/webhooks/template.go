@@ -38,13 +38,15 @@ func (v *templateValidator[T]) ValidateCreate(_ context.Context, obj T) (admissi
 }
 
 // ValidateUpdate rejects a changed spec.template.spec unless the request is a
-// topology dry-run, and applies the policy to what changed.
+// topology dry-run, and applies the policy to what changed. A template being
+// deleted is no exception: a finalizer can hold it while machines are still
+// stamped out of it.
 func (v *templateValidator[T]) ValidateUpdate(ctx context.Context, oldObj, newObj T) (admission.Warnings, error) {
 	req, err := admission.RequestFromContext(ctx)
 	if err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected an admission request in the context: %v", err))
 	}
-	if !newObj.GetDeletionTimestamp().IsZero() || apiequality.Semantic.DeepEqual(v.spec(oldObj), v.spec(newObj)) {
+	if apiequality.Semantic.DeepEqual(v.spec(oldObj), v.spec(newObj)) {
 		return nil, nil
 	}
 	errs := v.validate(newObj, oldObj)

@@ -45,12 +45,12 @@ func (v *containerClusterValidator) ValidateCreate(ctx context.Context, c *infra
 	return v.validate(ctx, c, nil)
 }
 
-// ValidateUpdate checks only what changed, and nothing of an object being
-// deleted, so that a tightened policy never blocks a deletion.
+// ValidateUpdate checks only what changed, so that a tightened policy never
+// blocks an update that leaves the spec alone, such as the removal of the
+// finalizer that ends a deletion. An object being deleted is checked all the
+// same: a finalizer anyone may add holds it for as long as they like, and
+// CAPCT's deletion acts on its spec.
 func (v *containerClusterValidator) ValidateUpdate(ctx context.Context, old, c *infrav1.ContainerCluster) (admission.Warnings, error) {
-	if !c.DeletionTimestamp.IsZero() {
-		return nil, nil
-	}
 	return v.validate(ctx, c, &old.Spec)
 }
 
@@ -107,9 +107,9 @@ func (v *containerClusterValidator) ValidateDelete(context.Context, *infrav1.Con
 	return nil, nil
 }
 
-// containerMachineValidator applies the policy to a ContainerMachine, and
-// on create refuses a preset providerID and a machine beyond the cluster's
-// cap. Both need the API: reader reads it uncached, so that a burst of
+// containerMachineValidator applies the policy to a ContainerMachine, on
+// create refuses a preset providerID and a machine beyond the cluster's cap,
+// and keeps the machine in its cluster (clusterNameChanged). Both need the API: reader reads it uncached, so that a burst of
 // creates (a scale-up, a clusterctl move) sees every machine and the Cluster
 // created a moment before.
 type containerMachineValidator struct {
@@ -138,26 +138,70 @@ func (v *containerMachineValidator) ValidateCreate(ctx context.Context, m *infra
 		errs = append(errs, field.Forbidden(engineAnnotationPath,
 			"is set by CAPCT when it places the machine; only clusterctl move, with the Cluster paused, creates a ContainerMachine that has one"))
 	}
-	if cluster != nil && v.policy.MaxMachinesPerCluster > 0 {
-		n, err := v.machines(ctx, m)
-		if err != nil {
-			return nil, err
-		}
-		errs = add(errs, v.policy.MachineCount(field.NewPath("metadata", "labels").Key(clusterv1.ClusterNameLabel), cluster.Name, n))
+	// The cap counts machines by the label, whether or not their Cluster
+	// exists yet: machines made ahead of their Cluster would otherwise
+	// escape it.
+	countErr, err := v.beyondCap(ctx, m)
+	if err != nil {
+		return nil, err
 	}
+	errs = add(errs, countErr)
 	return nil, invalid(infrav1.GroupVersion.WithKind("ContainerMachine").GroupKind(), m.Name, errs)
 }
 
-func (v *containerMachineValidator) ValidateUpdate(_ context.Context, old, m *infrav1.ContainerMachine) (admission.Warnings, error) {
-	if !m.DeletionTimestamp.IsZero() {
-		return nil, nil
-	}
+// ValidateUpdate checks what changed, also of a machine being deleted (see
+// the ContainerCluster's ValidateUpdate): the policy, the engine the machine
+// is placed on and the cluster it belongs to. A cluster-name label added to
+// a machine that had none, as Cluster API's Machine controller adds it,
+// counts against that cluster's cap like a new machine.
+func (v *containerMachineValidator) ValidateUpdate(ctx context.Context, old, m *infrav1.ContainerMachine) (admission.Warnings, error) {
 	errs := v.policy.MachineSpec(field.NewPath("spec"), &m.Spec, &old.Spec)
 	if engine, placed := old.Annotations[infrav1.EngineAnnotation]; placed && m.Annotations[infrav1.EngineAnnotation] != engine {
 		errs = append(errs, field.Forbidden(engineAnnotationPath, fmt.Sprintf(
 			"the machine is placed on engine %q, where its container is, and stays there; delete the machine to place another", engine)))
 	}
+	errs = add(errs, clusterNameChanged(old, m))
+	// A machine being deleted no longer counts against the cap.
+	if old.Labels[clusterv1.ClusterNameLabel] == "" && m.DeletionTimestamp.IsZero() {
+		countErr, err := v.beyondCap(ctx, m)
+		if err != nil {
+			return nil, err
+		}
+		errs = add(errs, countErr)
+	}
 	return nil, invalid(infrav1.GroupVersion.WithKind("ContainerMachine").GroupKind(), m.Name, errs)
+}
+
+// clusterNamePath is the label that says which cluster an object belongs to.
+var clusterNamePath = field.NewPath("metadata", "labels").Key(clusterv1.ClusterNameLabel)
+
+// clusterNameChanged refuses a change or removal of the cluster-name label
+// once it is set. The cap counts machines by the label when they come, so
+// moving one into another cluster would bypass it; and the machine's
+// container was made for the cluster it names. Cluster API sets the label at
+// create (from the template, or on a machine pool's machines) or adds it
+// once to an object that lacks it, and never changes it.
+func clusterNameChanged(old, obj metav1.Object) *field.Error {
+	was := old.GetLabels()[clusterv1.ClusterNameLabel]
+	if was == "" || obj.GetLabels()[clusterv1.ClusterNameLabel] == was {
+		return nil
+	}
+	return field.Forbidden(clusterNamePath, fmt.Sprintf(
+		"is immutable once set: the object belongs to Cluster %q; create a new one for another cluster", was))
+}
+
+// beyondCap refuses m, labelled for a cluster, when that cluster already has
+// as many machines as the manager's --max-machines-per-cluster allows.
+func (v *containerMachineValidator) beyondCap(ctx context.Context, m *infrav1.ContainerMachine) (*field.Error, error) {
+	name := m.Labels[clusterv1.ClusterNameLabel]
+	if name == "" || v.policy.MaxMachinesPerCluster <= 0 {
+		return nil, nil
+	}
+	n, err := v.machines(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	return v.policy.MachineCount(clusterNamePath, name, n), nil
 }
 
 // engineAnnotationPath is where a ContainerMachine records its engine.
@@ -184,8 +228,9 @@ func (v *containerMachineValidator) cluster(ctx context.Context, m *infrav1.Cont
 	return cluster, nil
 }
 
-// machines counts the ContainerMachines of m's cluster that are not being
-// deleted. It runs at every admission of a machine, from the API server
+// machines counts the other ContainerMachines labelled for m's cluster that
+// are not being deleted (m is not among them: it is being created, or gets
+// the label now). It runs at every admission of a machine, from the API server
 // (a cache could miss one admitted a moment ago), so it lists metadata only:
 // the whole objects made this list the manager's second-largest read in
 // make bench-scale, growing with the square of the machines per cluster.
@@ -207,8 +252,8 @@ func (v *containerMachineValidator) machines(ctx context.Context, m *infrav1.Con
 }
 
 // containerMachinePoolValidator applies the policy to the machine spec of a
-// ContainerMachinePool. Its machines are ContainerMachines and meet the
-// machine validator as well.
+// ContainerMachinePool and keeps the pool in its cluster. Its machines are
+// ContainerMachines and meet the machine validator as well.
 type containerMachinePoolValidator struct {
 	policy *policy.Policy
 }
@@ -220,12 +265,12 @@ func (v *containerMachinePoolValidator) ValidateCreate(_ context.Context, p *exp
 		v.policy.MachineSpec(field.NewPath("spec", "template"), &p.Spec.Template, nil))
 }
 
+// ValidateUpdate checks what changed, also of a pool being deleted (see the
+// ContainerCluster's ValidateUpdate).
 func (v *containerMachinePoolValidator) ValidateUpdate(_ context.Context, old, p *expinfrav1.ContainerMachinePool) (admission.Warnings, error) {
-	if !p.DeletionTimestamp.IsZero() {
-		return nil, nil
-	}
+	errs := v.policy.MachineSpec(field.NewPath("spec", "template"), &p.Spec.Template, &old.Spec.Template)
 	return nil, invalid(expinfrav1.GroupVersion.WithKind("ContainerMachinePool").GroupKind(), p.Name,
-		v.policy.MachineSpec(field.NewPath("spec", "template"), &p.Spec.Template, &old.Spec.Template))
+		add(errs, clusterNameChanged(old, p)))
 }
 
 func (v *containerMachinePoolValidator) ValidateDelete(context.Context, *expinfrav1.ContainerMachinePool) (admission.Warnings, error) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -151,6 +152,12 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			m.Spec.Lifecycle.BootstrapTimeout = &metav1.Duration{Duration: -1_000_000_000}
 			return m
 		}, wantField: "spec.lifecycle.bootstrapTimeout"},
+		{name: "machine with a bootstrap timeout of ten years", obj: func(n string) client.Object {
+			// It would hold one of its engine's bootstrap slots for good.
+			m := validMachine(n)
+			m.Spec.Lifecycle.BootstrapTimeout = &metav1.Duration{Duration: 87600 * time.Hour}
+			return m
+		}, wantField: "bootstrapTimeout must be at most 1h"},
 		{name: "machine with a registration TTL under 30s", obj: func(n string) client.Object {
 			m := validMachine(n)
 			m.Spec.Lifecycle.RegistrationTTL = &metav1.Duration{Duration: 1_000_000_000}
