@@ -35,8 +35,10 @@ const (
 	PodCIDRAllocatedCondition = "PodCIDRAllocated"
 
 	// EnginesReadyCondition: the ContainerEngines a cluster lists in
-	// spec.engines can run its machines. Only clusters that list engines
-	// carry it.
+	// spec.engines can run its machines. Clusters that list engines carry
+	// it, and a cluster that lists none does only while the manager's
+	// --local-engine-* flags keep its namespace off the manager's own
+	// engine.
 	EnginesReadyCondition = "EnginesReady"
 
 	// EngineDeletingCondition: a ContainerEngine being deleted waits for
@@ -149,7 +151,9 @@ const (
 	FailureDomainNotFoundReason = "FailureDomainNotFound"
 	// NamespaceNotAllowedReason: a ContainerEngine the ContainerCluster
 	// lists does not allow the cluster's namespace (its
-	// spec.allowedNamespaces).
+	// spec.allowedNamespaces), or, for a cluster that lists none, the
+	// manager's own engine does not (its --local-engine-allowed-namespaces
+	// and --local-engine-namespace-selector).
 	NamespaceNotAllowedReason = "NamespaceNotAllowed"
 	// InvalidCredentialsReason: a ContainerEngine's Secret is missing, or
 	// lacks what its endpoint needs, or holds something that does not
@@ -170,6 +174,12 @@ const (
 	// SwarmMismatchReason: the engines of a ContainerCluster are in
 	// different swarms, which no overlay network spans.
 	SwarmMismatchReason = "SwarmMismatch"
+	// NotClusterInfrastructureReason: the ContainerCluster's owner Cluster
+	// names another object in spec.infrastructureRef. The cluster's network
+	// and load balancer belong to that one, so CAPCT does not act on this
+	// ContainerCluster: it records nothing, makes nothing, and deleting it
+	// removes only CAPCT's finalizer.
+	NotClusterInfrastructureReason = "NotClusterInfrastructure"
 	// HostPathNotFoundReason: a host path of spec.extraMounts does not
 	// exist on the container host. CAPCT does not create it; the machine
 	// launches once it exists.
