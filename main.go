@@ -11,9 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/selection"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	cliflag "k8s.io/component-base/cli/flag"
@@ -151,7 +149,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.maxImageCopySize, "max-image-copy-size", imagecopy.DefaultMaxSize,
 		"Most bytes of a node or load-balancer image CAPCT copies to a ContainerEngine that lacks it, from another engine that holds it (docs/multihost.md); a larger image is refused.")
 	fs.DurationVar(&o.unreachableEngineDeletion, "unreachable-engine-deletion-timeout", lifecycle.DefaultUnreachableEngineDeletionTimeout,
-		"How long the deletion of a machine on a ContainerEngine that does not answer waits for it, before it leaves the container for its cluster to remove once the engine answers again (docs/multihost.md), so that a lost host's machines can be replaced.")
+		"How long the deletion of a machine or cluster on a ContainerEngine that does not answer waits for it: a machine's then leaves its container for its cluster to remove once the engine answers again, so that a lost host's machines can be replaced; a cluster's then ends, abandoning what the cluster has on that engine (docs/multihost.md).")
 	flags.AddManagerOptions(fs, &o.managerOptions)
 	feature.MutableGates.AddFlag(fs)
 }
@@ -203,10 +201,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("failed to read the diagnostics and TLS flags: %w", err)
 	}
-	cacheOpts, err := managerCacheOptions(o.watchNamespace, &o.syncPeriod)
-	if err != nil {
-		return err
-	}
+	cacheOpts := managerCacheOptions(o.watchNamespace, &o.syncPeriod)
 
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                     scheme,
@@ -222,7 +217,7 @@ func run() error {
 		GracefulShutdownTimeout:    &o.gracefulShutdownTimeout,
 		Controller:                 config.Controller{CacheSyncTimeout: 5 * time.Minute},
 		Cache:                      cacheOpts,
-		Client:                     client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}}},
+		Client:                     managerClientOptions(),
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Port:     o.webhookPort,
 			CertDir:  o.webhookCertDir,
@@ -247,35 +242,41 @@ func run() error {
 	}
 	log.Info("Starting manager", "containerEngine", o.engine, "machinePools", feature.Gates.Enabled(feature.MachinePool),
 		"allowedHostPathPrefixes", o.policy.HostPathPrefixes, "allowedUnmanagedNetworks", o.policy.AllowedNetworks,
-		"allowedImagePrefixes", o.policy.ImagePrefixes, "maxMachinesPerCluster", o.policy.MaxMachinesPerCluster)
+		"allowedImagePrefixes", o.policy.ImagePrefixes, "maxMachinesPerCluster", o.policy.MaxMachinesPerCluster,
+		"localEngineNamespaces", o.policy.LocalEngineNamespaces)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("manager stopped with an error: %w", err)
 	}
 	return nil
 }
 
-// managerCacheOptions are the options of the manager's cache. Only Secrets
-// that belong to a Cluster (bootstrap data, kubeconfigs) are cached;
-// everything else would cost memory for nothing. No cached object keeps its
-// metadata.managedFields: nothing in CAPCT reads them (server-side apply
-// builds its bodies from scratch, and an update without them keeps the
-// server's), and they were about a quarter of the manager's live heap in
-// make bench-scale (docs/bench.md).
-func managerCacheOptions(watchNamespace string, syncPeriod *time.Duration) (cache.Options, error) {
+// managerCacheOptions are the options of the manager's cache. No cached
+// object keeps its metadata.managedFields: nothing in CAPCT reads them
+// (server-side apply builds its bodies from scratch, and an update without
+// them keeps the server's), and they were about a quarter of the manager's
+// live heap in make bench-scale (docs/bench.md). Secrets and ConfigMaps
+// are never cached (managerClientOptions).
+func managerCacheOptions(watchNamespace string, syncPeriod *time.Duration) cache.Options {
 	var namespaces map[string]cache.Config
 	if watchNamespace != "" {
 		namespaces = map[string]cache.Config{watchNamespace: {}}
 	}
-	clusterSecret, err := labels.NewRequirement(clusterv1.ClusterNameLabel, selection.Exists, nil)
-	if err != nil {
-		return cache.Options{}, fmt.Errorf("failed to build the Secret cache selector: %w", err)
-	}
 	return cache.Options{
 		DefaultNamespaces: namespaces,
 		SyncPeriod:        syncPeriod,
-		ByObject:          map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: labels.NewSelector().Add(*clusterSecret)}},
 		DefaultTransform:  cache.TransformStripManagedFields(),
-	}, nil
+	}
+}
+
+// managerClientOptions are the options of the manager's client. It reads
+// Secrets and ConfigMaps from the API server, one by name, never from a
+// cache: a cache of either would list and watch every one in the cluster,
+// and need the RBAC to, when CAPCT only ever gets a handful by name (a
+// machine's bootstrap data, a cluster's kubeconfig on connecting, an
+// engine's credentials, a load balancer's template). The manager's role
+// grants get alone on both.
+func managerClientOptions() client.Options {
+	return client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}}}
 }
 
 // selectEngine resolves --container-engine: the flag's value when set,
@@ -340,15 +341,10 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 			Reserve: o.hostCapacityReserve,
 		}
 	}
-	secretCachingClient, err := client.New(mgr.GetConfig(), client.Options{
-		HTTPClient: mgr.GetHTTPClient(),
-		Cache:      &client.CacheOptions{Reader: mgr.GetCache()},
-	})
-	if err != nil {
-		return fmt.Errorf("failed to create the Secret caching client: %w", err)
-	}
 	clusterCache, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
-		SecretClient:     secretCachingClient,
+		// Kubeconfigs are read only when a cluster is connected, so
+		// uncached, as every Secret (managerClientOptions).
+		SecretClient:     mgr.GetAPIReader(),
 		WatchFilterValue: o.watchFilter,
 		// The workload clusters' Nodes without managedFields, as in the
 		// manager's own cache (managerCacheOptions).
@@ -370,6 +366,7 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	nodeIPAM := controllers.NewNodeIPAM(mgr.GetClient(), mgr.GetAPIReader())
 	if err := (&controllers.ContainerClusterReconciler{
 		Client: mgr.GetClient(), Engines: set, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM, MaxImageCopySize: o.maxImageCopySize, Policy: o.policy,
+		UnreachableEngineDeletionTimeout: o.unreachableEngineDeletion,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}

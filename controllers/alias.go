@@ -67,6 +67,10 @@ type ContainerClusterReconciler struct {
 	// Policy is what clusters may ask of the host; the zero Policy allows
 	// everything but the engine's own networks.
 	Policy policy.Policy
+	// UnreachableEngineDeletionTimeout is how long a cluster's deletion
+	// waits for a ContainerEngine that does not answer before it abandons
+	// what the cluster has there; 0 means the default.
+	UnreachableEngineDeletionTimeout time.Duration
 }
 
 // SetupWithManager sets up the reconciler with the manager.
@@ -78,6 +82,8 @@ func (r *ContainerClusterReconciler) SetupWithManager(ctx context.Context, mgr c
 		WatchFilterValue: r.WatchFilterValue,
 		MaxImageCopySize: r.MaxImageCopySize,
 		Policy:           r.Policy,
+
+		UnreachableEngineDeletionTimeout: r.UnreachableEngineDeletionTimeout,
 	}
 	if r.NodeIPAM != nil {
 		rec.NodeIPAM = r.NodeIPAM

@@ -58,7 +58,8 @@ type ContainerEngineSpec struct {
 	SSH *EngineSSH `json:"ssh,omitempty"`
 
 	// allowedNamespaces says whose ContainerClusters may run machines on
-	// this engine. Unset allows none; an empty object ({}) allows all.
+	// this engine. Unset allows none; an empty object ({}) allows all;
+	// `list: []` allows none, and stays `list: []` when written back.
 	// +optional
 	AllowedNamespaces *AllowedNamespaces `json:"allowedNamespaces,omitempty"`
 }
@@ -92,14 +93,21 @@ type EngineSSH struct {
 // namespace matching either is allowed); an empty object allows all. An
 // empty list or a selector without terms selects none: access to an engine
 // is granted, never assumed.
+//
+// "None" and "all" differ only in whether list is present, so list carries
+// no omitempty: with it, `list: []` written by any Go client (the
+// controllers' own updates, a mutating webhook's patch) would go out as
+// {}, and the engine would open to every namespace. Removing the list
+// (rather than emptying it) is what allows all.
 type AllowedNamespaces struct {
-	// list of namespace names.
+	// list of namespace names. Absent, with no selector, allows every
+	// namespace; empty (`list: []`) allows none of its own.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=256
 	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=63
-	List []string `json:"list,omitempty"`
+	List []string `json:"list"`
 
 	// selector over namespaces' labels.
 	// +optional

@@ -24,10 +24,40 @@ import (
 // "everything"). A selector the API server let through but that does not
 // parse is an error, and allows nothing.
 func AllowsNamespace(engine *infrav1.ContainerEngine, ns *corev1.Namespace) (bool, error) {
-	allowed := engine.Spec.AllowedNamespaces
-	switch {
-	case allowed == nil:
+	if engine.Spec.AllowedNamespaces == nil {
 		return false, nil
+	}
+	allowed, err := selects(engine.Spec.AllowedNamespaces, ns)
+	if err != nil {
+		return false, fmt.Errorf("failed to parse spec.allowedNamespaces.selector of ContainerEngine %s: %w", engine.Name, err)
+	}
+	return allowed, nil
+}
+
+// LocalAllowsNamespace reports whether ContainerClusters in ns that list
+// no engines may run machines on the manager's own engine, the engine of
+// the host the manager runs on. allowed is what the manager's
+// --local-engine-allowed-namespaces and --local-engine-namespace-selector
+// say (policy.Policy.LocalEngineNamespaces). Unlike a ContainerEngine's,
+// nil allows every namespace: a manager started without either flag runs
+// every cluster it ran before they existed. Otherwise it is read as an
+// engine's allowedNamespaces is.
+func LocalAllowsNamespace(allowed *infrav1.AllowedNamespaces, ns *corev1.Namespace) (bool, error) {
+	if allowed == nil {
+		return true, nil
+	}
+	ok, err := selects(allowed, ns)
+	if err != nil {
+		return false, fmt.Errorf("failed to parse the manager's local engine namespace selector: %w", err)
+	}
+	return ok, nil
+}
+
+// selects reports whether allowed, which is not nil, selects ns: the
+// empty object selects all; an empty list or a selector without terms
+// selects none.
+func selects(allowed *infrav1.AllowedNamespaces, ns *corev1.Namespace) (bool, error) {
+	switch {
 	case allowed.List == nil && allowed.Selector == nil:
 		return true, nil
 	case slices.Contains(allowed.List, ns.Name):
@@ -37,7 +67,7 @@ func AllowsNamespace(engine *infrav1.ContainerEngine, ns *corev1.Namespace) (boo
 	}
 	selector, err := metav1.LabelSelectorAsSelector(allowed.Selector)
 	if err != nil {
-		return false, fmt.Errorf("failed to parse spec.allowedNamespaces.selector of ContainerEngine %s: %w", engine.Name, err)
+		return false, err
 	}
 	return selector.Matches(labels.Set(ns.Labels)), nil
 }

@@ -48,3 +48,37 @@ func TestAllowsNamespace(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalAllowsNamespace covers who may run on the manager's own engine
+// by listing no engines: everyone while the manager sets nothing, then
+// only whom its flags list or select.
+func TestLocalAllowsNamespace(t *testing.T) {
+	teamA := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Labels: map[string]string{"capct.io/local-engine": "allowed"}}}
+	teamB := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-b"}}
+	local := &metav1.LabelSelector{MatchLabels: map[string]string{"capct.io/local-engine": "allowed"}}
+	testCases := []struct {
+		name    string
+		allowed *infrav1.AllowedNamespaces
+		ns      *corev1.Namespace
+		want    bool
+	}{
+		{name: "no flags allow all", allowed: nil, ns: teamB, want: true},
+		{name: "listed", allowed: &infrav1.AllowedNamespaces{List: []string{"team-b"}}, ns: teamB, want: true},
+		{name: "not listed", allowed: &infrav1.AllowedNamespaces{List: []string{"team-a"}}, ns: teamB, want: false},
+		{name: "selected", allowed: &infrav1.AllowedNamespaces{Selector: local}, ns: teamA, want: true},
+		{name: "not selected", allowed: &infrav1.AllowedNamespaces{Selector: local}, ns: teamB, want: false},
+		{name: "listed though not selected", allowed: &infrav1.AllowedNamespaces{List: []string{"team-b"}, Selector: local}, ns: teamB, want: true},
+		{name: "an empty list allows none", allowed: &infrav1.AllowedNamespaces{List: []string{}}, ns: teamA, want: false},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := LocalAllowsNamespace(tc.allowed, tc.ns)
+			if err != nil {
+				t.Fatalf("LocalAllowsNamespace(%s): %v", tc.ns.Name, err)
+			}
+			if got != tc.want {
+				t.Errorf("LocalAllowsNamespace(%s) = %t, want %t", tc.ns.Name, got, tc.want)
+			}
+		})
+	}
+}

@@ -4,8 +4,11 @@
 // stamps one out) chooses what a privileged container on the host runs and
 // mounts. The manager's flags narrow that: which host paths extraMounts may
 // bind, which existing networks a cluster may join, which images nodes, load
-// balancers and preloads may use, and how many machines one cluster may
-// have. The same decisions serve two callers:
+// balancers and preloads may use, how many machines one cluster may have,
+// and which namespaces' clusters may run on the manager's own engine
+// (Policy.LocalEngineNamespaces, decided by engines.LocalAllowsNamespace,
+// the one place engine access is decided). The same decisions serve two
+// callers:
 //
 //   - the validating webhooks, so that users get a field-named error the
 //     moment they apply an object (Policy.MachineSpec, Policy.ClusterSpec);

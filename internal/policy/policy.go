@@ -8,6 +8,8 @@ import (
 
 	"github.com/distribution/reference"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 )
 
 // The manager flags that set a Policy. Messages name them so that a user
@@ -17,6 +19,9 @@ const (
 	FlagAllowedNetworks         = "allowed-unmanaged-networks"
 	FlagAllowedImagePrefixes    = "allowed-image-prefixes"
 	FlagMaxMachinesPerCluster   = "max-machines-per-cluster"
+
+	FlagLocalEngineAllowedNamespaces = "local-engine-allowed-namespaces"
+	FlagLocalEngineNamespaceSelector = "local-engine-namespace-selector"
 )
 
 // DefaultMaxMachinesPerCluster is the default cap on a cluster's
@@ -26,9 +31,11 @@ const DefaultMaxMachinesPerCluster = 100
 
 // ReservedNetworks are the engine's own networks. Attaching a node to `host`
 // gives it the host's network stack, `none` leaves it unreachable, and the
-// default `bridge` is shared by every container on the host that was started
-// without a network. Each is refused unless listed in AllowedNetworks.
-var ReservedNetworks = []string{"bridge", "host", "none"}
+// default `bridge` (Podman's is `podman`) is shared by every container on
+// the host that was started without a network; `docker_gwbridge` connects
+// every swarm service's containers to the host. Each is refused unless
+// listed in AllowedNetworks.
+var ReservedNetworks = []string{"bridge", "host", "none", "podman", "docker_gwbridge"}
 
 // Policy is what the manager allows objects to ask of the container host. A
 // nil list allows everything (but ReservedNetworks); an empty, non-nil list
@@ -49,6 +56,12 @@ type Policy struct {
 	// MaxMachinesPerCluster caps the ContainerMachines of one cluster; 0 means
 	// no cap.
 	MaxMachinesPerCluster int
+	// LocalEngineNamespaces are the namespaces whose ContainerClusters may
+	// list no engines, and so run on the manager's own engine, the one on
+	// the host the manager runs on; read as a ContainerEngine's
+	// allowedNamespaces (engines.LocalAllowsNamespace decides), except that
+	// nil allows every namespace.
+	LocalEngineNamespaces *infrav1.AllowedNamespaces
 }
 
 // Default is the policy of a manager started without policy flags: every

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
@@ -68,6 +69,9 @@ func TestNetwork(t *testing.T) {
 		{name: "host by default", network: "host", unmanaged: true, want: "engine's own network"},
 		{name: "none by default", network: "none", unmanaged: true, want: "--allowed-unmanaged-networks"},
 		{name: "bridge by default", network: "bridge", unmanaged: true, want: "engine's own network"},
+		{name: "Podman's default network", network: "podman", unmanaged: true, want: "engine's own network"},
+		{name: "the swarm's gateway bridge", network: "docker_gwbridge", unmanaged: true, want: "engine's own network"},
+		{name: "a Managed network named podman", network: "podman", want: "engine's own network"},
 		{name: "a Managed network named host", network: "host", want: "engine's own network"},
 		{name: "host when listed", allowed: []string{"host"}, network: "host", unmanaged: true, want: ""},
 		{name: "an unlisted Unmanaged network", allowed: []string{"capct-mgmt"}, network: "kind", unmanaged: true, want: "not allowed (capct-mgmt)"},
@@ -288,6 +292,18 @@ func TestFlags(t *testing.T) {
 			want: Policy{HostPathPrefixes: []string{"/srv/a", "/srv/b"}, ImagePrefixes: []string{"capct/", "kindest/"}, MaxMachinesPerCluster: 7}},
 		{name: "an empty value forbids", args: []string{"--allowed-unmanaged-networks="},
 			want: Policy{AllowedNetworks: []string{}, MaxMachinesPerCluster: DefaultMaxMachinesPerCluster}},
+		{name: "* allows all", args: []string{"--allowed-unmanaged-networks=*", "--allowed-host-path-prefixes=*", "--allowed-image-prefixes=*"},
+			want: Default()},
+		{name: "the local engine for every namespace", args: []string{"--local-engine-allowed-namespaces=*", "--local-engine-namespace-selector=*"},
+			want: Default()},
+		{name: "the local engine for every namespace, given empty", args: []string{"--local-engine-allowed-namespaces=", "--local-engine-namespace-selector="},
+			want: Default()},
+		{name: "the local engine for some", args: []string{"--local-engine-allowed-namespaces=platform, ops", "--local-engine-namespace-selector=capct.io/local-engine=allowed"},
+			want: Policy{MaxMachinesPerCluster: DefaultMaxMachinesPerCluster, LocalEngineNamespaces: &infrav1.AllowedNamespaces{
+				List: []string{"platform", "ops"}, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"capct.io/local-engine": "allowed"}}}}},
+		{name: "the local engine by label only", args: []string{"--local-engine-allowed-namespaces=*", "--local-engine-namespace-selector=capct.io/local-engine"},
+			want: Policy{MaxMachinesPerCluster: DefaultMaxMachinesPerCluster, LocalEngineNamespaces: &infrav1.AllowedNamespaces{
+				Selector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "capct.io/local-engine", Operator: metav1.LabelSelectorOpExists}}}}}},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -313,8 +329,15 @@ func describe(p Policy) string {
 		}
 		return "[" + strings.Join(s, " ") + "]"
 	}
+	local := "all"
+	if a := p.LocalEngineNamespaces; a != nil {
+		local = l(a.List)
+		if a.Selector != nil {
+			local += " selector=" + metav1.FormatLabelSelector(a.Selector)
+		}
+	}
 	return "paths=" + l(p.HostPathPrefixes) + " networks=" + l(p.AllowedNetworks) + " images=" + l(p.ImagePrefixes) +
-		" max=" + strings.Repeat("|", min(p.MaxMachinesPerCluster, 200))
+		" max=" + strings.Repeat("|", min(p.MaxMachinesPerCluster, 200)) + " local=" + local
 }
 
 func wantFields(t *testing.T, errs field.ErrorList, fields ...string) {
@@ -354,4 +377,15 @@ func FuzzMachineSpec(f *testing.F) {
 			_ = p.CheckMachine(spec, image)
 		}
 	})
+}
+
+// TestALocalEngineSelectorThatDoesNotParseStopsTheManager: a typo in the
+// selector fails the flag, rather than refusing every cluster later.
+func TestALocalEngineSelectorThatDoesNotParseStopsTheManager(t *testing.T) {
+	var p Policy
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	p.AddFlags(fs)
+	if err := fs.Parse([]string{"--local-engine-namespace-selector=team in a"}); err == nil {
+		t.Fatalf("a selector that does not parse was taken: %+v", p.LocalEngineNamespaces)
+	}
 }

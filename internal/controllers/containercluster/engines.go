@@ -19,6 +19,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
+	"github.com/capct/cluster-api-provider-container/internal/policy"
 )
 
 // enginesIndex indexes ContainerClusters by the ContainerEngines they list,
@@ -55,7 +56,7 @@ func (e *enginesNotReady) Error() string { return e.message }
 func (r *Reconciler) reconcileEngines(ctx context.Context, cc *infrav1.ContainerCluster, now time.Time, provisioned bool) (_ ctrl.Result, stop bool, _ error) {
 	if len(cc.Spec.Engines) == 0 {
 		cc.Status.FailureDomains = cc.Spec.FailureDomains
-		return ctrl.Result{}, false, nil
+		return r.reconcileLocalEngine(ctx, cc, now, provisioned)
 	}
 	found, err := r.checkEngines(ctx, cc)
 	var notReady *enginesNotReady
@@ -81,6 +82,37 @@ func (r *Reconciler) reconcileEngines(ctx context.Context, cc *infrav1.Container
 		recheck = lostIn
 	}
 	res, _ := r.refused(cc, now, infrav1.EnginesReadyCondition, notReady.reason, notReady, recheck)
+	return res, !provisioned, nil
+}
+
+// reconcileLocalEngine decides, for a cluster that lists no engines and so
+// runs on the manager's own, whether the manager lets its namespace use that
+// engine (Policy.LocalEngineNamespaces, engines.LocalAllowsNamespace). A
+// refused cluster gets EnginesReady False and, before it is provisioned,
+// stops, as one whose ContainerEngine refuses its namespace does; an
+// allowed one carries no EnginesReady, as before the policy existed.
+func (r *Reconciler) reconcileLocalEngine(ctx context.Context, cc *infrav1.ContainerCluster, now time.Time, provisioned bool) (_ ctrl.Result, stop bool, _ error) {
+	if r.Policy.LocalEngineNamespaces == nil {
+		conditions.Delete(cc, infrav1.EnginesReadyCondition)
+		return ctrl.Result{}, false, nil
+	}
+	ns := &corev1.Namespace{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: cc.Namespace}, ns); err != nil {
+		return ctrl.Result{}, true, fmt.Errorf("failed to get Namespace %s of ContainerCluster %s: %w", cc.Namespace, klog.KObj(cc), err)
+	}
+	allowed, err := engines.LocalAllowsNamespace(r.Policy.LocalEngineNamespaces, ns)
+	if err == nil && allowed {
+		conditions.Delete(cc, infrav1.EnginesReadyCondition)
+		return ctrl.Result{}, false, nil
+	}
+	if err == nil {
+		err = fmt.Errorf("the manager's own engine, which runs the clusters that list no spec.engines, does not allow namespace %s: "+
+			"the manager's --%s must list it or its --%s select it, or the cluster must list a ContainerEngine that allows it",
+			cc.Namespace, policy.FlagLocalEngineAllowedNamespaces, policy.FlagLocalEngineNamespaceSelector)
+	}
+	// engineRecheck: nothing wakes the cluster when its Namespace gains the
+	// label the selector asks for.
+	res, _ := r.refused(cc, now, infrav1.EnginesReadyCondition, infrav1.NamespaceNotAllowedReason, err, engineRecheck)
 	return res, !provisioned, nil
 }
 

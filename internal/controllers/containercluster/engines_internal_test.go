@@ -110,6 +110,66 @@ func TestAClusterWaitingForItsEnginesLooksAgain(t *testing.T) {
 	}
 }
 
+// TestTheManagersOwnEngineRefusesANamespaceItsPolicyLeavesOut checks that
+// a cluster that lists no engines, in a namespace the manager's
+// --local-engine-* flags do not admit, is stopped before anything is made
+// for it and says why in EnginesReady, and that one they admit, or any
+// while the flags are unset, goes on without the condition.
+func TestTheManagersOwnEngineRefusesANamespaceItsPolicyLeavesOut(t *testing.T) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, infrav1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := ctrlfake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "platform"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant", Labels: map[string]string{"capct.io/local-engine": "allowed"}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}},
+	).Build()
+	restricted := &infrav1.AllowedNamespaces{List: []string{"platform"},
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"capct.io/local-engine": "allowed"}}}
+	for _, tc := range []struct {
+		name        string
+		local       *infrav1.AllowedNamespaces
+		namespace   string
+		provisioned bool
+		wantStop    bool
+		wantRefused bool
+	}{
+		{name: "no flags", local: nil, namespace: "other"},
+		{name: "listed", local: restricted, namespace: "platform"},
+		{name: "selected", local: restricted, namespace: "tenant"},
+		{name: "neither", local: restricted, namespace: "other", wantStop: true, wantRefused: true},
+		{name: "neither, once provisioned", local: restricted, namespace: "other", provisioned: true, wantRefused: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			recorder := record.NewFakeRecorder(10)
+			r := &Reconciler{Client: c, APIReader: c, recorder: recorder}
+			r.Policy.LocalEngineNamespaces = tc.local
+			cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: tc.namespace, Name: "c1"}}
+			res, stop, err := r.reconcileEngines(context.Background(), cc, time.Now(), tc.provisioned)
+			if err != nil || stop != tc.wantStop {
+				t.Fatalf("reconcileEngines() = %v, %v, %v; want stop %t", res, stop, err, tc.wantStop)
+			}
+			got := conditions.Get(cc, infrav1.EnginesReadyCondition)
+			if !tc.wantRefused {
+				if got != nil {
+					t.Fatalf("EnginesReady = %+v, want none on a cluster the manager's own engine runs", got)
+				}
+				return
+			}
+			if got == nil || got.Status != metav1.ConditionFalse || got.Reason != infrav1.NamespaceNotAllowedReason ||
+				!strings.Contains(got.Message, "--local-engine-allowed-namespaces") {
+				t.Fatalf("EnginesReady = %+v, want False, NamespaceNotAllowed, naming the flags", got)
+			}
+			if res.RequeueAfter == 0 {
+				t.Fatal("a refused cluster does not look again; a Namespace label it gains would never admit it")
+			}
+		})
+	}
+}
+
 // TestCheckSwarm covers what lets several engines share a cluster's
 // overlay network.
 func TestCheckSwarm(t *testing.T) {

@@ -1,0 +1,106 @@
+package policy
+
+import (
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
+	"sigs.k8s.io/yaml"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+)
+
+// shippedPolicy is the policy of a manager installed by `clusterctl init`
+// with no variable set: config/manager/manager.yaml as clusterctl's own
+// processor substitutes it, its policy flags parsed as the manager does.
+func shippedPolicy(t *testing.T) Policy {
+	t.Helper()
+	raw, err := os.ReadFile("../../config/manager/manager.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noVariables := func(string) (string, error) { return "", errors.New("not set") }
+	out, err := yamlprocessor.NewSimpleProcessor().Process(raw, noVariables)
+	if err != nil {
+		t.Fatalf("clusterctl cannot install the manager with no variable set: %v", err)
+	}
+	var d appsv1.Deployment
+	if err := yaml.Unmarshal(out, &d); err != nil {
+		t.Fatal(err)
+	}
+	var p Policy
+	fs := pflag.NewFlagSet("manager", pflag.ContinueOnError)
+	p.AddFlags(fs)
+	var args []string
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name != "manager" {
+			continue
+		}
+		for _, a := range c.Args {
+			name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			if fs.Lookup(name) != nil {
+				args = append(args, a)
+			}
+		}
+	}
+	for _, flag := range []string{FlagAllowedHostPathPrefixes, FlagAllowedImagePrefixes, FlagAllowedNetworks, FlagMaxMachinesPerCluster} {
+		if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--"+flag+"=") }) {
+			t.Fatalf("the manifest does not set --%s: clusterctl users cannot", flag)
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestTheShippedPolicyKeepsTheHostOutOfTenantsReach installs the manager's
+// manifest with its defaults and applies a ContainerMachineTemplate's spec
+// that mounts the host's root, its configuration and the engine's socket,
+// and preloads another team's image: each is refused. What the project's
+// own flows use is allowed.
+func TestTheShippedPolicyKeepsTheHostOutOfTenantsReach(t *testing.T) {
+	p := shippedPolicy(t)
+
+	hostile := []string{"/", "/etc", "/var/run/docker.sock", "/run/podman/podman.sock", "/var/run", "/var/lib/docker",
+		"/proc", "/sys", "/dev", "/root", "/boot", "/home", "/srv", "/srv/capct/../../etc"}
+	spec := &infrav1.ContainerMachineSpec{Image: "capct/node:v1.35.4", PreLoadImages: []string{"ghcr.io/other-team/payroll:v1", "other-team/tools:v1"}}
+	var want []string
+	for i, h := range hostile {
+		spec.ExtraMounts = append(spec.ExtraMounts, infrav1.Mount{HostPath: h, ContainerPath: "/mnt/x" + strings.Repeat("x", i)})
+		want = append(want, field.NewPath("spec", "extraMounts").Index(i).Child("hostPath").String())
+	}
+	want = append(want, "spec.preLoadImages[0]", "spec.preLoadImages[1]")
+	errs := p.MachineSpec(field.NewPath("spec"), spec, nil)
+	for _, f := range want {
+		if !slices.ContainsFunc(errs, func(e *field.Error) bool { return e.Field == f && e.Type == field.ErrorTypeForbidden }) {
+			t.Errorf("the shipped policy allows %s; errors: %v", f, errs)
+		}
+	}
+	if len(errs) != len(want) {
+		t.Errorf("got %d errors, want %d: %v", len(errs), len(want), errs)
+	}
+
+	own := &infrav1.ContainerMachineSpec{Image: "capct/node:v1.35.4", PreLoadImages: []string{"kindest/node:v1.35.0", "docker.io/capct/manager:v0.1.0"},
+		ExtraMounts: []infrav1.Mount{{HostPath: "/srv/capct/cache", ContainerPath: "/mnt/cache"}}}
+	if errs := p.MachineSpec(field.NewPath("spec"), own, nil); len(errs) > 0 {
+		t.Errorf("the shipped policy refuses what the project's flows use: %v", errs)
+	}
+	for _, lb := range []string{"kindest/haproxy:v20230606-42a2262b", "capct/haproxy:2.6"} {
+		cluster := &infrav1.ContainerClusterSpec{LoadBalancer: infrav1.LoadBalancerSpec{Image: lb},
+			Network: infrav1.NetworkSpec{Name: "capct-mgmt", Mode: infrav1.NetworkUnmanaged}}
+		if errs := p.ClusterSpec(field.NewPath("spec"), cluster, nil); len(errs) > 0 {
+			t.Errorf("the shipped policy refuses the quickstart's cluster: %v", errs)
+		}
+	}
+	if p.MaxMachinesPerCluster != DefaultMaxMachinesPerCluster || p.LocalEngineNamespaces != nil {
+		t.Errorf("shipped: max machines %d, local engine %+v; want %d and every namespace",
+			p.MaxMachinesPerCluster, p.LocalEngineNamespaces, DefaultMaxMachinesPerCluster)
+	}
+}
