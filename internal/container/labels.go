@@ -115,6 +115,18 @@ func NotOwnedError(op, object, name string, want Owner, labels map[string]string
 		fmt.Errorf("refusing to %s %s %q: it belongs to %s, not to %s", op, object, name, describeOwner(labels), want))
 }
 
+// CheckMachineContainer returns the conflict error of NotOwnedError unless
+// labels name a complete owner with a machine: a container CAPCT made for a
+// machine of some cluster. It guards the calls that name no owner
+// (ReadFile), so that CAPCT reads nothing out of containers it did not make.
+func CheckMachineContainer(op, name string, labels map[string]string) error {
+	if owner := OwnerOf(labels); owner.Valid() && owner.Machine != "" {
+		return nil
+	}
+	return NewError(op, "container", name, KindConflict,
+		fmt.Errorf("refusing to %s container %q: it belongs to %s, not to a CAPCT machine", op, name, describeOwner(labels)))
+}
+
 func describeOwner(labels map[string]string) string {
 	if labels[LabelClusterID] == "" {
 		return "no CAPCT cluster"

@@ -2,6 +2,8 @@ package container
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"os"
@@ -36,7 +38,9 @@ type Runtime interface {
 
 	// The calls below change a container. Each names the owner it expects
 	// and is refused with a conflict error, changing nothing, when the
-	// container's labels name another (see Owner.Owns).
+	// container's labels name another (see Owner.Owns). Each resolves the
+	// name once and acts on the container it checked (by ID), so that one
+	// re-created under the same name in between is never touched.
 
 	// Start starts the container. Starting a running container is not an
 	// error. A static address or fixed host port held by another container
@@ -67,6 +71,9 @@ type Runtime interface {
 	List(ctx context.Context, labelSelector map[string]string) ([]Machine, error)
 	// ReadFile reads the regular file path from the container, without exec.
 	// A file larger than MaxFileSize is an error for which IsInvalid is true.
+	// A container that no CAPCT machine owns (see CheckMachineContainer) is
+	// refused with a conflict error, as the calls that change one are; like
+	// them, it reads the container it checked, by ID.
 	ReadFile(ctx context.Context, name, path string) ([]byte, error)
 
 	// Info says what the engine is: its version, and its part in a swarm.
@@ -75,8 +82,19 @@ type Runtime interface {
 
 	// ImageExists reports whether the engine holds the image ref.
 	ImageExists(ctx context.Context, ref string) (bool, error)
-	// SaveImages returns a `docker save` style tar of the images refs. The
-	// caller closes it.
+	// ImageID returns the ID of the image ref (a reference, or an ID): the
+	// digest the engine computes from the image's content, so that images
+	// of the same ID on two engines are the same image, whatever their
+	// tags say. A missing image is a not-found error.
+	ImageID(ctx context.Context, ref string) (string, error)
+	// TagImage tags the image id as ref. A ref that already names another
+	// image is a conflict error and stays: CAPCT never moves a tag that
+	// someone else set. Tagging the image ref already names is not an
+	// error.
+	TagImage(ctx context.Context, id, ref string) error
+	// SaveImages returns a `docker save` style tar of the images refs
+	// (references or IDs; an image saved by ID carries no tag). The caller
+	// closes it.
 	SaveImages(ctx context.Context, refs []string) (io.ReadCloser, error)
 	// LoadImages loads a `docker save` style tar, as SaveImages makes, into
 	// the engine: how CAPCT puts an image on an engine that lacks it
@@ -150,11 +168,48 @@ type NetworkSpec struct {
 	// (docs/multihost.md), instead of a bridge local to the engine. Only a
 	// swarm manager creates one.
 	Overlay bool
+	// Encrypted, with Overlay, encrypts the overlay's traffic between the
+	// engines' hosts (Docker's IPsec, the overlay driver's "encrypted"
+	// option), which otherwise crosses their network in clear VXLAN. An
+	// existing network without it is not adopted (a conflict error): that
+	// would quietly downgrade what was asked. Without Overlay it is an
+	// invalid argument: a bridge never leaves its host.
+	Encrypted bool
 	// Avoid are subnets the network must not overlap besides the engine's
 	// own default bridge: for an overlay, the local networks of every
 	// engine it spans, such as each one's docker_gwbridge, since a node
 	// with both would not know which interface an address is behind.
 	Avoid []netip.Prefix
+}
+
+// Validate returns the invalid-argument error of a spec that no runtime
+// can ensure.
+func (s NetworkSpec) Validate() error {
+	switch {
+	case s.Name == "":
+		return NewError("ensure", "network", "", KindInvalid, errors.New("name is empty"))
+	case !s.Owner.Valid() || s.Owner.Machine != "":
+		return NewError("ensure", "network", s.Name, KindInvalid,
+			fmt.Errorf("a network needs a cluster owner without a machine, got %s", s.Owner))
+	case s.Encrypted && !s.Overlay:
+		return NewError("ensure", "network", s.Name, KindInvalid, errors.New("only an overlay network can be encrypted"))
+	}
+	return nil
+}
+
+// CheckAdopt returns the conflict error of adopting the existing network n
+// for s: n belongs to another owner, or s asks for encryption that n lacks
+// (an overlay's encryption cannot be turned on after it is made, and
+// adopting it would quietly downgrade what was asked).
+func (s NetworkSpec) CheckAdopt(n Network) error {
+	if !s.Owner.Owns(n.Labels) {
+		return NotOwnedError("adopt", "network", s.Name, s.Owner, n.Labels)
+	}
+	if s.Encrypted && !n.Encrypted {
+		return NewError("adopt", "network", s.Name, KindConflict,
+			errors.New("the network exists unencrypted, and an overlay's encryption cannot be turned on after it is made"))
+	}
+	return nil
 }
 
 // Network is a network as the engine reports it.
@@ -169,6 +224,8 @@ type Network struct {
 	// reports only its own containers among Endpoints, and does not refuse
 	// an address another engine's container holds (docs/multihost.md).
 	Overlay bool
+	// Encrypted says the overlay encrypts its traffic between engines.
+	Encrypted bool
 	// MTU of the containers' interfaces on the network when it is not the
 	// usual 1500: an overlay's, smaller by its encapsulation; 0 otherwise.
 	MTU int

@@ -156,6 +156,15 @@ func (b *boundedRuntime) ImageExists(ctx context.Context, ref string) (bool, err
 	return call(ctx, b.gate, b.bound, func(ctx context.Context) (bool, error) { return b.rt.ImageExists(ctx, ref) })
 }
 
+func (b *boundedRuntime) ImageID(ctx context.Context, ref string) (string, error) {
+	return call(ctx, b.gate, b.bound, func(ctx context.Context) (string, error) { return b.rt.ImageID(ctx, ref) })
+}
+
+func (b *boundedRuntime) TagImage(ctx context.Context, id, ref string) error {
+	_, err := call(ctx, b.gate, b.bound, noValue(func(ctx context.Context) error { return b.rt.TagImage(ctx, id, ref) }))
+	return err
+}
+
 // SaveImages keeps its bound until the archive is closed: the engine
 // streams the archive after the call returns.
 func (b *boundedRuntime) SaveImages(ctx context.Context, refs []string) (io.ReadCloser, error) {

@@ -2,6 +2,17 @@
 // copied from another engine through the manager (SaveImages piped into
 // LoadImages), so that machines on several engines need no registry
 // (docs/multihost.md, section 5).
+//
+// A copy is pinned to the image's content, not its tag. A tag is a name
+// anyone with an engine can point at any image, so the source of truth is
+// the image ID (the digest the engine derives from the image's bytes), and
+// the rule is that every source engine that answers and holds the tag must
+// hold the same image under it: sources that disagree make the copy refuse
+// (AmbiguousImageError) rather than pick one, since a machine must not run
+// whatever image happened to be asked first. The image is then saved by
+// that ID (a tag moved meanwhile changes nothing), loaded, found on the
+// target by that ID, which the target derived from the bytes it received,
+// and only then tagged there (ImageMismatchError otherwise).
 package imagecopy
 
 import (
@@ -9,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +31,7 @@ import (
 	"k8s.io/utils/clock"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
 )
 
@@ -46,6 +59,42 @@ func (e *NoSourceError) Error() string {
 		names = append(names, engineName(s))
 	}
 	return fmt.Sprintf("no engine to copy image %q from holds it (asked: %s)", e.Ref, strings.Join(names, ", "))
+}
+
+// AmbiguousImageError says that the engines the copy may come from hold
+// different images under the reference: which one the machines should run
+// is not CAPCT's to guess.
+type AmbiguousImageError struct {
+	Ref string
+	// IDs is the image ID each engine holding Ref has under it.
+	IDs map[string]string
+}
+
+func (e *AmbiguousImageError) Error() string {
+	held := make([]string, 0, len(e.IDs))
+	for _, s := range slices.Sorted(maps.Keys(e.IDs)) {
+		held = append(held, fmt.Sprintf("engine %s has %s", engineName(s), e.IDs[s]))
+	}
+	return fmt.Sprintf("refusing to copy image %q: the engines that hold it hold different images under it (%s); make them agree, or use a reference by digest",
+		e.Ref, strings.Join(held, ", "))
+}
+
+// ImageMismatchError says that what the target holds after the copy is not
+// the image the source held under the reference.
+type ImageMismatchError struct {
+	Ref, Source, Target string
+	// Want is the image ID on the source; Got what the target has ("" for
+	// no image of that ID).
+	Want, Got string
+}
+
+func (e *ImageMismatchError) Error() string {
+	got := "no image of that ID"
+	if e.Got != "" {
+		got = "image " + e.Got
+	}
+	return fmt.Sprintf("refusing image %q copied from engine %s to engine %s: the source holds image %s under it, the target has %s",
+		e.Ref, engineName(e.Source), engineName(e.Target), e.Want, got)
 }
 
 // Copier runs each copy once, on a goroutine of its own, so that no
@@ -104,7 +153,8 @@ type Status struct {
 
 // Ensure reports the copy of ref to the engine target, starting it when
 // none runs (and a failed one is older than RetryAfter): from the first of
-// sources, in order, that holds ref. waiter is woken when the copy ends.
+// sources, in order, that holds ref, provided all of them that do hold the
+// same image under it. waiter is woken when the copy ends.
 // Callers ask only for an image the target lacks; a copy that succeeded is
 // started again if they ask once more.
 func (c *Copier) Ensure(target, ref string, sources []string, waiter types.NamespacedName) Status {
@@ -146,7 +196,7 @@ func (c *Copier) transfer(key jobKey, j *job, sources []string) error {
 	if err != nil {
 		return fmt.Errorf("failed to reach engine %s to copy image %q to: %w", engineName(key.target), key.ref, err)
 	}
-	source, err := c.findSource(ctx, key.ref, sources)
+	source, id, err := c.findSource(ctx, key.ref, sources)
 	if err != nil {
 		return err
 	}
@@ -157,9 +207,10 @@ func (c *Copier) transfer(key jobKey, j *job, sources []string) error {
 	if err != nil {
 		return fmt.Errorf("failed to reach engine %s to copy image %q from: %w", engineName(source), key.ref, err)
 	}
-	archive, err := from.SaveImages(ctx, []string{key.ref})
+	// By ID: the tag may be moved on the source while the copy runs.
+	archive, err := from.SaveImages(ctx, []string{id})
 	if err != nil {
-		return fmt.Errorf("failed to save image %q on engine %s: %w", key.ref, engineName(source), err)
+		return fmt.Errorf("failed to save image %q (%s) on engine %s: %w", key.ref, id, engineName(source), err)
 	}
 	defer func() { _ = archive.Close() }()
 	counted := &boundedReader{r: archive, max: c.maxSize, n: &j.copied}
@@ -169,26 +220,54 @@ func (c *Copier) transfer(key jobKey, j *job, sources []string) error {
 		}
 		return fmt.Errorf("failed to copy image %q from engine %s to engine %s: %w", key.ref, engineName(source), engineName(key.target), err)
 	}
-	// A load that ended early, or an archive without the ref's tag, loads
-	// nothing under the ref: only its presence says the copy worked.
-	if ok, err := to.ImageExists(ctx, key.ref); err != nil || !ok {
-		return fmt.Errorf("image %q is not on engine %s after its copy from engine %s (%v)", key.ref, engineName(key.target), engineName(source), err)
+	// The target derives the ID of what it loaded from the bytes it
+	// received: only an image of the source's ID there is the image, and
+	// only it gets the tag. A load that ended early loads nothing.
+	mismatch := &ImageMismatchError{Ref: key.ref, Source: source, Target: key.target, Want: id}
+	if _, err := to.ImageID(ctx, id); container.IsNotFound(err) {
+		return mismatch
+	} else if err != nil {
+		return fmt.Errorf("failed to look for image %s on engine %s after its copy: %w", id, engineName(key.target), err)
+	}
+	if err := to.TagImage(ctx, id, key.ref); err != nil {
+		return fmt.Errorf("failed to tag image %s as %q on engine %s: %w", id, key.ref, engineName(key.target), err)
+	}
+	if mismatch.Got, err = to.ImageID(ctx, key.ref); err != nil || mismatch.Got != id {
+		return errors.Join(mismatch, err)
 	}
 	return nil
 }
 
-// findSource returns the first of sources that holds ref.
-func (c *Copier) findSource(ctx context.Context, ref string, sources []string) (string, error) {
+// findSource returns the first of sources that holds ref, and the ID of
+// the image it holds under it, which every other source that holds ref
+// must hold too. Sources that cannot be asked are left out, as when none
+// holds it.
+func (c *Copier) findSource(ctx context.Context, ref string, sources []string) (string, string, error) {
+	first, ids := "", map[string]string{}
 	for _, s := range sources {
 		rt, err := c.engines.Get(s)
 		if err != nil {
 			continue
 		}
-		if ok, err := rt.ImageExists(ctx, ref); err == nil && ok {
-			return s, nil
+		id, err := rt.ImageID(ctx, ref)
+		if err != nil {
+			continue
+		}
+		if len(ids) == 0 {
+			// Not "" for none: that names the manager's own engine.
+			first = s
+		}
+		ids[s] = id
+	}
+	if len(ids) == 0 {
+		return "", "", &NoSourceError{Ref: ref, Sources: sources}
+	}
+	for _, id := range ids {
+		if id != ids[first] {
+			return "", "", &AmbiguousImageError{Ref: ref, IDs: ids}
 		}
 	}
-	return "", &NoSourceError{Ref: ref, Sources: sources}
+	return first, ids[first], nil
 }
 
 // boundedReader counts what is read through it into n and fails once more

@@ -140,3 +140,92 @@ func TestACopyStopsAtTheSizeBound(t *testing.T) {
 		t.Fatal("an image over the bound was loaded")
 	}
 }
+
+// TestSourcesThatDisagreeAreRefused asks for an image that two sources
+// hold under the same tag but with different content: the copy is refused
+// as ambiguous, naming both, and nothing is saved or loaded.
+func TestSourcesThatDisagreeAreRefused(t *testing.T) {
+	local, other, target := &counting{Runtime: fake.New(nil)}, &counting{Runtime: fake.New(nil)}, fake.New(nil)
+	local.AddImage(ref, []byte("the node image"))
+	other.AddImage(ref, []byte("another image, retagged"))
+	w := make(woken, 2)
+	c := imagecopy.New(t.Context(), engines.Named(map[string]container.Runtime{engines.Local: local, "other": other, "target": target}), 0, w.notify, nil)
+	m := types.NamespacedName{Namespace: "ns", Name: "m"}
+
+	c.Ensure("target", ref, []string{"other", engines.Local}, m)
+	w.next(t)
+	st := c.Ensure("target", ref, []string{"other", engines.Local}, m)
+	var ambiguous *imagecopy.AmbiguousImageError
+	if !errors.As(st.Err, &ambiguous) || len(ambiguous.IDs) != 2 || !strings.Contains(st.Err.Error(), "the manager's own") {
+		t.Fatalf("want an AmbiguousImageError naming both engines, got %+v", st)
+	}
+	if saves := local.saves.Load() + other.saves.Load(); saves != 0 {
+		t.Fatalf("%d archives were saved for an ambiguous image", saves)
+	}
+	if ok, _ := target.ImageExists(t.Context(), ref); ok {
+		t.Fatal("an ambiguous image reached the target")
+	}
+}
+
+// retagging is a source whose tag is moved to another image as the copy
+// saves it, as a user's docker tag would.
+type retagging struct{ *fake.Runtime }
+
+func (r retagging) SaveImages(ctx context.Context, refs []string) (io.ReadCloser, error) {
+	r.AddImage(ref, []byte("retagged meanwhile"))
+	return r.Runtime.SaveImages(ctx, refs)
+}
+
+// TestACopyIsPinnedToTheImageNotTheTag moves the tag on the source while
+// the copy runs: the target gets the image the tag named when the copy
+// chose it.
+func TestACopyIsPinnedToTheImageNotTheTag(t *testing.T) {
+	local, target := retagging{fake.New(nil)}, fake.New(nil)
+	local.AddImage(ref, []byte("the node image"))
+	w := make(woken, 2)
+	c := imagecopy.New(t.Context(), engines.Named(map[string]container.Runtime{engines.Local: local, "target": target}), 0, w.notify, nil)
+	m := types.NamespacedName{Namespace: "ns", Name: "m"}
+
+	c.Ensure("target", ref, []string{engines.Local}, m)
+	w.next(t)
+	if st := c.Ensure("target", ref, []string{engines.Local}, m); st.Err != nil {
+		t.Fatalf("the copy failed: %v", st.Err)
+	}
+	if got, err := target.ImageID(t.Context(), ref); err != nil || got != fake.ImageIDOf([]byte("the node image")) {
+		t.Fatalf("the target's %s is image %s (%v), want the one the copy chose", ref, got, err)
+	}
+}
+
+// tampering is a source whose archives hold other bytes than the image
+// asked for, as a compromised engine or a man in the middle would send.
+type tampering struct {
+	*fake.Runtime
+	other *fake.Runtime
+}
+
+func (r tampering) SaveImages(ctx context.Context, _ []string) (io.ReadCloser, error) {
+	return r.other.SaveImages(ctx, []string{fake.ImageIDOf([]byte("tampered"))})
+}
+
+// TestAnArchiveThatIsNotTheImageIsRefused copies from a source whose
+// archive is not the image its ID names: the copy fails with an
+// ImageMismatchError and the target's tag is never set.
+func TestAnArchiveThatIsNotTheImageIsRefused(t *testing.T) {
+	local, target := tampering{Runtime: fake.New(nil), other: fake.New(nil)}, fake.New(nil)
+	local.AddImage(ref, []byte("the node image"))
+	local.other.AddImage("x", []byte("tampered"))
+	w := make(woken, 2)
+	c := imagecopy.New(t.Context(), engines.Named(map[string]container.Runtime{engines.Local: local, "target": target}), 0, w.notify, nil)
+	m := types.NamespacedName{Namespace: "ns", Name: "m"}
+
+	c.Ensure("target", ref, []string{engines.Local}, m)
+	w.next(t)
+	st := c.Ensure("target", ref, []string{engines.Local}, m)
+	var mismatch *imagecopy.ImageMismatchError
+	if !errors.As(st.Err, &mismatch) || mismatch.Want != fake.ImageIDOf([]byte("the node image")) {
+		t.Fatalf("want an ImageMismatchError, got %+v", st)
+	}
+	if ok, _ := target.ImageExists(t.Context(), ref); ok {
+		t.Fatal("the target got the tag on bytes that are not the image")
+	}
+}

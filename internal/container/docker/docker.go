@@ -162,12 +162,8 @@ func isPoolOverlap(err error) bool {
 
 // EnsureNetwork implements container.Runtime.
 func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec) (container.Network, error) {
-	if spec.Name == "" {
-		return container.Network{}, container.NewError("ensure", "network", "", container.KindInvalid, errors.New("name is empty"))
-	}
-	if !spec.Owner.Valid() || spec.Owner.Machine != "" {
-		return container.Network{}, container.NewError("ensure", "network", spec.Name, container.KindInvalid,
-			fmt.Errorf("a network needs a cluster owner without a machine, got %s", spec.Owner))
+	if err := spec.Validate(); err != nil {
+		return container.Network{}, err
 	}
 	family := spec.IPFamily
 	if family == "" {
@@ -191,32 +187,7 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 				fmt.Errorf("subnet %s overlaps the engine's default bridge or a network to avoid", v4))
 			continue
 		}
-		ipam := &network.IPAM{Driver: "default"}
-		// The engine hands out addresses only from DynamicRange; the rest
-		// of each subnet is for the static addresses CAPCT picks.
-		if family.HasIPv4() {
-			ipam.Config = append(ipam.Config, network.IPAMConfig{Subnet: v4.String(), Gateway: container.Gateway(v4).String(),
-				IPRange: container.DynamicRange(v4).String()})
-		}
-		enable6 := family.HasIPv6()
-		if enable6 {
-			ipam.Config = append(ipam.Config, network.IPAMConfig{Subnet: v6.String(), Gateway: container.Gateway(v6).String(),
-				IPRange: container.DynamicRange(v6).String()})
-		}
-		opts := network.CreateOptions{
-			Driver:     "bridge",
-			EnableIPv6: &enable6,
-			IPAM:       ipam,
-			Labels:     spec.Owner.Labels(),
-			Options:    map[string]string{"com.docker.network.bridge.enable_ip_masquerade": "true"},
-		}
-		if spec.Overlay {
-			// Attachable, so that standalone containers (CAPCT's machines,
-			// not swarm services) join it. Egress leaves through each
-			// host's docker_gwbridge, so there is nothing to masquerade.
-			opts.Driver, opts.Attachable, opts.Scope, opts.Options = "overlay", true, "swarm", nil
-		}
-		_, err := r.cli.NetworkCreate(ctx, spec.Name, opts)
+		_, err := r.cli.NetworkCreate(ctx, spec.Name, createOptions(spec, family, v4, v6))
 		if err == nil {
 			return r.adoptNetwork(ctx, spec)
 		}
@@ -231,6 +202,44 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 	}
 	return container.Network{}, container.NewError("create", "network", spec.Name, container.KindPoolOverlap,
 		fmt.Errorf("all %d derived subnets overlap existing networks: %w", container.MaxSubnetAttempts, lastErr))
+}
+
+// encryptedOption is the overlay driver's option that encrypts the
+// network's traffic between hosts with IPsec.
+const encryptedOption = "encrypted"
+
+// createOptions is what EnsureNetwork asks the engine to create for spec,
+// with the subnets v4 and v6.
+func createOptions(spec container.NetworkSpec, family container.IPFamily, v4, v6 netip.Prefix) network.CreateOptions {
+	ipam := &network.IPAM{Driver: "default"}
+	// The engine hands out addresses only from DynamicRange; the rest of
+	// each subnet is for the static addresses CAPCT picks.
+	if family.HasIPv4() {
+		ipam.Config = append(ipam.Config, network.IPAMConfig{Subnet: v4.String(), Gateway: container.Gateway(v4).String(),
+			IPRange: container.DynamicRange(v4).String()})
+	}
+	enable6 := family.HasIPv6()
+	if enable6 {
+		ipam.Config = append(ipam.Config, network.IPAMConfig{Subnet: v6.String(), Gateway: container.Gateway(v6).String(),
+			IPRange: container.DynamicRange(v6).String()})
+	}
+	opts := network.CreateOptions{
+		Driver:     "bridge",
+		EnableIPv6: &enable6,
+		IPAM:       ipam,
+		Labels:     spec.Owner.Labels(),
+		Options:    map[string]string{"com.docker.network.bridge.enable_ip_masquerade": "true"},
+	}
+	if spec.Overlay {
+		// Attachable, so that standalone containers (CAPCT's machines, not
+		// swarm services) join it. Egress leaves through each host's
+		// docker_gwbridge, so there is nothing to masquerade.
+		opts.Driver, opts.Attachable, opts.Scope, opts.Options = "overlay", true, "swarm", nil
+		if spec.Encrypted {
+			opts.Options = map[string]string{encryptedOption: ""}
+		}
+	}
+	return opts
 }
 
 // defaultBridgeSubnets are the subnets of the engine's default bridge
@@ -263,8 +272,8 @@ func (r *Runtime) adoptNetwork(ctx context.Context, spec container.NetworkSpec) 
 	if err != nil {
 		return container.Network{}, err
 	}
-	if !spec.Owner.Owns(n.Labels) {
-		return container.Network{}, container.NotOwnedError("adopt", "network", spec.Name, spec.Owner, n.Labels)
+	if err := spec.CheckAdopt(n); err != nil {
+		return container.Network{}, err
 	}
 	return n, nil
 }
@@ -280,6 +289,7 @@ func (r *Runtime) InspectNetwork(ctx context.Context, name string) (container.Ne
 		return container.Network{}, container.NewError("inspect", "network", name, container.KindNotFound, errors.New("no such network"))
 	}
 	n := container.Network{Name: ni.Name, ID: ni.ID, Labels: ni.Labels, Overlay: ni.Scope == "swarm"}
+	_, n.Encrypted = ni.Options[encryptedOption]
 	if mtu, err := strconv.Atoi(ni.Options["com.docker.network.driver.mtu"]); err == nil && mtu > 0 && mtu != 1500 {
 		n.MTU = mtu
 	} else if n.Overlay {
@@ -688,10 +698,11 @@ func (r *Runtime) List(ctx context.Context, labelSelector map[string]string) ([]
 // container.IsTimeout is true and closes the connection; the Docker API has no
 // call to kill an exec'd process, so it may be left running in the container.
 func (r *Runtime) Exec(ctx context.Context, name string, owner container.Owner, in container.ExecInput) (container.ExecResult, error) {
-	if _, err := r.owned(ctx, execOp(in), name, owner); err != nil {
+	ci, err := r.owned(ctx, execOp(in), name, owner)
+	if err != nil {
 		return container.ExecResult{}, err
 	}
-	return r.exec(ctx, name, in)
+	return r.exec(ctx, ci.ID, name, in)
 }
 
 // execOp names an exec for errors by its program only: the arguments of
@@ -704,8 +715,9 @@ func execOp(in container.ExecInput) string {
 }
 
 // exec runs a command without the ownership check, for the calls that made
-// it already.
-func (r *Runtime) exec(ctx context.Context, name string, in container.ExecInput) (container.ExecResult, error) {
+// it already: in the container id they checked (a container re-created
+// under the same name since is not it); name is for errors.
+func (r *Runtime) exec(ctx context.Context, id, name string, in container.ExecInput) (container.ExecResult, error) {
 	if len(in.Cmd) == 0 {
 		return container.ExecResult{}, container.NewError("exec in", "container", name, container.KindInvalid, errors.New("empty command"))
 	}
@@ -722,7 +734,7 @@ func (r *Runtime) exec(ctx context.Context, name string, in container.ExecInput)
 		}
 		return wrap(op, "container", name, err)
 	}
-	created, err := r.cli.ContainerExecCreate(ctx, name, dcontainer.ExecOptions{
+	created, err := r.cli.ContainerExecCreate(ctx, id, dcontainer.ExecOptions{
 		Cmd: in.Cmd, Env: in.Env, User: in.User,
 		AttachStdin: in.Stdin != nil, AttachStdout: true, AttachStderr: true,
 	})
@@ -790,13 +802,15 @@ func (r *Runtime) WriteFile(ctx context.Context, name string, owner container.Ow
 	if err != nil {
 		return err
 	}
+	// By ID from here on: a container re-created under the same name
+	// since the check is not the one that was checked.
 	if onTmpfs(ci, p) {
-		return r.writeFileByExec(ctx, op, name, p, content, mode)
+		return r.writeFileByExec(ctx, op, ci.ID, name, p, content, mode)
 	}
 	// Find the missing parents so existing directories keep their modes.
 	var missing []string
 	for dir := path.Dir(p); dir != "/"; dir = path.Dir(dir) {
-		_, err := r.cli.ContainerStatPath(ctx, name, dir)
+		_, err := r.cli.ContainerStatPath(ctx, ci.ID, dir)
 		if err == nil {
 			break
 		}
@@ -822,20 +836,28 @@ func (r *Runtime) WriteFile(ctx context.Context, name string, owner container.Ow
 	if err := tw.Close(); err != nil {
 		return container.NewError(op, "container", name, container.KindUnknown, err)
 	}
-	return wrap(op, "container", name, r.cli.CopyToContainer(ctx, name, "/", &buf, dcontainer.CopyToContainerOptions{}))
+	return wrap(op, "container", name, r.cli.CopyToContainer(ctx, ci.ID, "/", &buf, dcontainer.CopyToContainerOptions{}))
 }
 
-// ReadFile implements container.Runtime.
+// ReadFile implements container.Runtime. It reads only a container that a
+// CAPCT machine owns, and reads the one it checked, by ID.
 func (r *Runtime) ReadFile(ctx context.Context, name, p string) ([]byte, error) {
 	op := "read " + strconv.Quote(p) + " in"
 	ci, err := r.cli.ContainerInspect(ctx, name)
 	if err != nil {
 		return nil, wrap(op, "container", name, err)
 	}
-	if onTmpfs(ci, path.Clean(p)) {
-		return r.readFileByExec(ctx, op, name, path.Clean(p))
+	var labels map[string]string
+	if ci.Config != nil {
+		labels = ci.Config.Labels
 	}
-	rc, _, err := r.cli.CopyFromContainer(ctx, name, p)
+	if err := container.CheckMachineContainer(op, name, labels); err != nil {
+		return nil, err
+	}
+	if onTmpfs(ci, path.Clean(p)) {
+		return r.readFileByExec(ctx, op, ci.ID, name, path.Clean(p))
+	}
+	rc, _, err := r.cli.CopyFromContainer(ctx, ci.ID, p)
 	if err != nil {
 		return nil, wrap(op, "container", name, err)
 	}
@@ -898,6 +920,32 @@ func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
 		return false, nil
 	}
 	return false, wrap("inspect", "image", ref, err)
+}
+
+// ImageID implements container.Runtime.
+func (r *Runtime) ImageID(ctx context.Context, ref string) (string, error) {
+	ii, err := r.cli.ImageInspect(ctx, ref)
+	if err != nil {
+		return "", wrap("inspect", "image", ref, err)
+	}
+	return ii.ID, nil
+}
+
+// TagImage implements container.Runtime. The check and the tag are two
+// calls: a tag set by someone else in between is moved, which the caller's
+// ImageID afterwards shows.
+func (r *Runtime) TagImage(ctx context.Context, id, ref string) error {
+	have, err := r.ImageID(ctx, ref)
+	switch {
+	case err == nil && have == id:
+		return nil
+	case err == nil:
+		return container.NewError("tag", "image", ref, container.KindConflict,
+			fmt.Errorf("refusing to move the tag to image %s: it names image %s", id, have))
+	case !container.IsNotFound(err):
+		return err
+	}
+	return wrap("tag", "image", ref, r.cli.ImageTag(ctx, id, ref))
 }
 
 // SaveImages implements container.Runtime.
@@ -1047,8 +1095,8 @@ func onTmpfs(info dcontainer.InspectResponse, p string) bool {
 
 // writeFileByExec writes a file with the container's own shell. The path
 // and mode are passed as arguments, never spliced into the script.
-func (r *Runtime) writeFileByExec(ctx context.Context, op, name, p string, content []byte, mode os.FileMode) error {
-	res, err := r.exec(ctx, name, container.ExecInput{
+func (r *Runtime) writeFileByExec(ctx context.Context, op, id, name, p string, content []byte, mode os.FileMode) error {
+	res, err := r.exec(ctx, id, name, container.ExecInput{
 		Cmd:   []string{"sh", "-c", `mkdir -p "$(dirname "$1")" && cat > "$1" && chmod "$2" "$1"`, "sh", p, strconv.FormatUint(uint64(mode.Perm()), 8)},
 		Stdin: bytes.NewReader(content),
 	})
@@ -1063,8 +1111,8 @@ func (r *Runtime) writeFileByExec(ctx context.Context, op, name, p string, conte
 }
 
 // readFileByExec reads a file with the container's own cat.
-func (r *Runtime) readFileByExec(ctx context.Context, op, name, p string) ([]byte, error) {
-	res, err := r.exec(ctx, name, container.ExecInput{Cmd: []string{"cat", "--", p}, MaxOutput: container.MaxFileSize})
+func (r *Runtime) readFileByExec(ctx context.Context, op, id, name, p string) ([]byte, error) {
+	res, err := r.exec(ctx, id, name, container.ExecInput{Cmd: []string{"cat", "--", p}, MaxOutput: container.MaxFileSize})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package docker_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	dcontainer "github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
@@ -34,7 +36,7 @@ func testImage(t testing.TB, rt *docker.Runtime) string {
 
 func TestSuite(t *testing.T) {
 	rt := dockertest.NewRuntime(t)
-	runtimetest.RunSuite(t, func(t *testing.T) runtimetest.Runtime { return rt }, testImage(t, rt))
+	runtimetest.RunSuite(t, func(t *testing.T) runtimetest.Runtime { return dockertest.SuiteRuntime{Runtime: rt} }, testImage(t, rt))
 }
 
 func TestExecLargeBinaryStdinRoundTrips(t *testing.T) {
@@ -426,5 +428,47 @@ func TestExtraMountsBindExistingHostPathsOnly(t *testing.T) {
 	}
 	if _, err := rt.Inspect(ctx, s2.Name); !container.IsNotFound(err) {
 		t.Fatalf("a container was left behind: %v", err)
+	}
+}
+
+// TestTagImageNeverMovesATag tags a second image under a reference that
+// names the test image: it is refused with a conflict, and the tag stays.
+func TestTagImageNeverMovesATag(t *testing.T) {
+	rt := dockertest.NewRuntime(t)
+	ctx := runtimetest.Ctx(t)
+	want, err := rt.ImageID(ctx, testImage(t, rt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A tag of this test's own: the shared test image's must not move
+	// even when the test fails.
+	img := "capct-rt/mine:" + runtimetest.RandomSuffix()
+	if err := rt.TagImage(ctx, want, img); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = rt.Client().ImageRemove(context.Background(), img, image.RemoveOptions{}) })
+	// Another image: an empty file system with a label of its own.
+	var empty bytes.Buffer
+	if err := tar.NewWriter(&empty).Close(); err != nil {
+		t.Fatal(err)
+	}
+	other := "capct-rt/other:" + runtimetest.RandomSuffix()
+	rc, err := rt.Client().ImageImport(ctx, image.ImportSource{Source: &empty, SourceName: "-"}, other,
+		image.ImportOptions{Changes: []string{"LABEL io.x-k8s.capct.test=" + other}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadAll(rc)
+	_ = rc.Close()
+	t.Cleanup(func() { _, _ = rt.Client().ImageRemove(context.Background(), other, image.RemoveOptions{}) })
+	otherID, err := rt.ImageID(ctx, other)
+	if err != nil || otherID == want {
+		t.Fatalf("ImageID(%s) = %q, %v; want another image than %s", other, otherID, err, want)
+	}
+	if err := rt.TagImage(ctx, otherID, img); !container.IsConflict(err) {
+		t.Fatalf("want a conflict moving %s to another image, got %v", img, err)
+	}
+	if got, err := rt.ImageID(ctx, img); err != nil || got != want {
+		t.Fatalf("%s names %q (%v) after the refused tag, want %s", img, got, err, want)
 	}
 }

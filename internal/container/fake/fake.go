@@ -10,6 +10,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +50,8 @@ const (
 	OpReadFile       Op = "ReadFile"
 	OpInfo           Op = "Info"
 	OpImageExists    Op = "ImageExists"
+	OpImageID        Op = "ImageID"
+	OpTagImage       Op = "TagImage"
 	OpSaveImages     Op = "SaveImages"
 	OpLoadImages     Op = "LoadImages"
 	OpEvents         Op = "Events"
@@ -94,11 +98,14 @@ type Runtime struct {
 	clock      clock.Clock
 	networks   map[string]*fakeNetwork
 	containers map[string]*fakeContainer
-	images     map[string][]byte
-	failures   map[Op][]error
-	subs       []*subscriber
-	handler    ExecHandler
-	execs      []ExecCall
+	// images maps each tagged reference to its image's ID; blobs holds
+	// each image's saved form by ID.
+	images   map[string]string
+	blobs    map[string][]byte
+	failures map[Op][]error
+	subs     []*subscriber
+	handler  ExecHandler
+	execs    []ExecCall
 	// forgetExecs stops the Exec history (ForgetExecCalls).
 	forgetExecs bool
 	signals     []string
@@ -118,7 +125,8 @@ func New(clk clock.Clock) *Runtime {
 		clock:      clk,
 		networks:   map[string]*fakeNetwork{},
 		containers: map[string]*fakeContainer{},
-		images:     map[string][]byte{},
+		images:     map[string]string{},
+		blobs:      map[string][]byte{},
 		failures:   map[Op][]error{},
 	}
 }
@@ -158,7 +166,49 @@ func (r *Runtime) ExecCalls() []ExecCall {
 func (r *Runtime) AddImage(ref string, content []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.images[ref] = content
+	r.tagLocked(ref, content)
+}
+
+// ImageIDOf is the ID the fake gives an image of content, as the engine
+// derives it from the image's bytes.
+func ImageIDOf(content []byte) string {
+	sum := sha256.Sum256(content)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// tagLocked stores content and tags it as ref, unless ref is an ID: as
+// the engine does, the fake derives an image's ID from its bytes, never
+// from what an archive calls it.
+func (r *Runtime) tagLocked(ref string, content []byte) {
+	r.blobs[ImageIDOf(content)] = bytes.Clone(content)
+	if !strings.HasPrefix(ref, "sha256:") {
+		r.images[ref] = ImageIDOf(content)
+	}
+}
+
+// imageLocked resolves ref, a tag or an ID, to the image's ID.
+func (r *Runtime) imageLocked(ref string) (string, bool) {
+	if id, ok := r.images[ref]; ok {
+		return id, true
+	}
+	_, ok := r.blobs[ref]
+	return ref, ok
+}
+
+// RunForeign starts a container that CAPCT did not make (no CAPCT labels)
+// on network, as a user's docker run would, and returns a func removing
+// it (runtimetest.ForeignRunner).
+func (r *Runtime) RunForeign(_ context.Context, name, network, image string) (remove func(), err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.containers[name]; ok {
+		return nil, container.NewError("create", "container", name, container.KindConflict, errors.New("the name is taken"))
+	}
+	r.containers[name] = &fakeContainer{files: map[string][]byte{}, m: container.Machine{
+		Name: name, ID: r.newID(), Image: image, Labels: map[string]string{}, State: container.StateRunning,
+		Network: network, Created: r.clock.Now(), Started: r.clock.Now(),
+	}}
+	return func() { r.RemoveOutOfBand(name) }, nil
 }
 
 // RemoveOutOfBand removes the container as `docker rm -f` would behind the
@@ -222,16 +272,12 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 	if err := r.failure(OpEnsureNetwork); err != nil {
 		return container.Network{}, err
 	}
-	if spec.Name == "" {
-		return container.Network{}, container.NewError("ensure", "network", "", container.KindInvalid, errors.New("name is empty"))
-	}
-	if !spec.Owner.Valid() || spec.Owner.Machine != "" {
-		return container.Network{}, container.NewError("ensure", "network", spec.Name, container.KindInvalid,
-			fmt.Errorf("a network needs a cluster owner without a machine, got %s", spec.Owner))
+	if err := spec.Validate(); err != nil {
+		return container.Network{}, err
 	}
 	if n, ok := r.networks[spec.Name]; ok {
-		if !spec.Owner.Owns(n.net.Labels) {
-			return container.Network{}, container.NotOwnedError("adopt", "network", spec.Name, spec.Owner, n.net.Labels)
+		if err := spec.CheckAdopt(n.net); err != nil {
+			return container.Network{}, err
 		}
 		return n.net, nil
 	}
@@ -244,7 +290,7 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec container.NetworkSpec)
 		if r.overlapsLocked(v4, spec.Avoid) || (family.HasIPv6() && r.overlapsLocked(v6, spec.Avoid)) {
 			continue
 		}
-		n := container.Network{Name: spec.Name, ID: r.newID(), Labels: spec.Owner.Labels(), Overlay: spec.Overlay}
+		n := container.Network{Name: spec.Name, ID: r.newID(), Labels: spec.Owner.Labels(), Overlay: spec.Overlay, Encrypted: spec.Encrypted}
 		if spec.Overlay {
 			n.MTU = container.OverlayMTU
 		}
@@ -405,11 +451,26 @@ func snapshot(c *fakeContainer) *container.Machine {
 }
 
 func (r *Runtime) get(op, name string) (*fakeContainer, error) {
-	c, ok := r.containers[name]
+	c, ok := r.lookupLocked(name)
 	if !ok {
 		return nil, notFound(op, "container", name)
 	}
 	return c, nil
+}
+
+// lookupLocked finds a container by name or, as the engine does, by ID:
+// what acts on a container after checking it (a bootstrap run) names it by
+// ID, so that one re-created under the same name is not it.
+func (r *Runtime) lookupLocked(nameOrID string) (*fakeContainer, bool) {
+	if c, ok := r.containers[nameOrID]; ok {
+		return c, true
+	}
+	for _, c := range r.containers {
+		if c.m.ID == nameOrID {
+			return c, true
+		}
+	}
+	return nil, false
 }
 
 // owned is get for the calls that change a container: it refuses one that
@@ -688,7 +749,7 @@ func (r *Runtime) Exec(ctx context.Context, name string, owner container.Owner, 
 		return container.ExecResult{}, err
 	}
 	if !r.forgetExecs {
-		r.execs = append(r.execs, ExecCall{Container: name, Cmd: append([]string(nil), in.Cmd...), Stdin: stdin})
+		r.execs = append(r.execs, ExecCall{Container: c.m.Name, Cmd: append([]string(nil), in.Cmd...), Stdin: stdin})
 	}
 	m, files, h := *snapshot(c), maps.Clone(c.files), r.handler
 	r.mu.Unlock()
@@ -698,16 +759,19 @@ func (r *Runtime) Exec(ctx context.Context, name string, owner container.Owner, 
 			return container.BoundOutput(res, in.OutputLimit()), nil
 		}
 	}
-	res, err := r.builtin(ctx, op, name, files, in, stdin)
+	res, err := r.builtin(ctx, op, name, m.ID, files, in, stdin)
 	return container.BoundOutput(res, in.OutputLimit()), err
 }
 
-func (r *Runtime) builtin(ctx context.Context, op, name string, files map[string][]byte, in container.ExecInput, stdin []byte) (container.ExecResult, error) {
+// builtin runs the built-in commands in the container id, named name in
+// errors.
+func (r *Runtime) builtin(ctx context.Context, op, name, id string, files map[string][]byte, in container.ExecInput, stdin []byte) (container.ExecResult, error) {
 	args := in.Cmd
 	if n, ok := provisioning.ParseLaunchCommand(args); ok {
 		// Detached, as setsid makes it in a real container: the exec
-		// returns at once and the run goes on by itself.
-		go r.runBootstrap(name, n)
+		// returns at once and the run goes on by itself, in that very
+		// container (by ID), dying with it.
+		go r.runBootstrap(id, n)
 		return container.ExecResult{}, nil
 	}
 	switch args[0] {
@@ -779,26 +843,26 @@ func (r *Runtime) builtin(ctx context.Context, op, name string, files map[string
 }
 
 // runBootstrap acts as attempt n of the bootstrap script staged in the
-// container (provisioning.Script) would, without a shell: it marks the
+// container id (provisioning.Script) would, without a shell: it marks the
 // attempt alive, claims it once, writes the files (appends start from the
 // content before the first attempt), runs each command through Exec (so
 // the handler sees it and ExecCalls records it), checks the sentinel and
 // writes the exit mark. Waiting for systemd and the CRI, undoing an earlier
 // attempt and collecting diagnostics need a real node and are left out.
-func (r *Runtime) runBootstrap(name string, n int) {
+func (r *Runtime) runBootstrap(id string, n int) {
 	marks := provisioning.Marks(n)
-	script, ok := r.claimBootstrap(name, marks)
+	script, ok := r.claimBootstrap(id, marks)
 	if !ok {
 		return
 	}
 	finish := func(e provisioning.Exit, output []byte) {
 		if output != nil {
-			r.setFile(name, marks.Output, output)
+			r.setFile(id, marks.Output, output)
 		}
 		if e.Code == 0 {
-			r.removeFiles(name, provisioning.RunDir+"/files/", provisioning.ScriptPath)
+			r.removeFiles(id, provisioning.RunDir+"/files/", provisioning.ScriptPath)
 		}
-		r.setFile(name, marks.Exit, []byte(e.String()))
+		r.setFile(id, marks.Exit, []byte(e.String()))
 	}
 	steps, err := provisioning.ParseScript(script)
 	if err != nil {
@@ -807,28 +871,28 @@ func (r *Runtime) runBootstrap(name string, n int) {
 	}
 	for _, st := range steps {
 		if f := st.File; f != nil {
-			content, ok := r.file(name, st.Staged)
+			content, ok := r.file(id, st.Staged)
 			if !ok {
 				finish(provisioning.Exit{Code: 1, Where: provisioning.WhereFile, Step: st.Index, Label: st.Label}, []byte("no staged content "+st.Staged))
 				return
 			}
 			if f.Append {
-				before, ok := r.file(name, st.Staged+".before")
+				before, ok := r.file(id, st.Staged+".before")
 				if !ok {
-					before, _ = r.file(name, f.Path)
-					r.setFile(name, st.Staged+".before", before)
+					before, _ = r.file(id, f.Path)
+					r.setFile(id, st.Staged+".before", before)
 				}
 				content = append(bytes.Clone(before), content...)
 			}
-			r.setFile(name, f.Path, content)
+			r.setFile(id, f.Path, content)
 			continue
 		}
 		// The script runs inside the container, as its own owner.
-		m, err := r.Inspect(context.Background(), name)
+		m, err := r.Inspect(context.Background(), id)
 		if err != nil {
 			return // The container is gone: so is the run.
 		}
-		res, err := r.Exec(context.Background(), name, container.OwnerOf(m.Labels), container.ExecInput{Cmd: st.Command})
+		res, err := r.Exec(context.Background(), id, container.OwnerOf(m.Labels), container.ExecInput{Cmd: st.Command})
 		if err != nil {
 			return // The container is gone or stopped: so is the run.
 		}
@@ -837,9 +901,9 @@ func (r *Runtime) runBootstrap(name string, n int) {
 			finish(provisioning.Exit{Code: res.ExitCode, Where: provisioning.WhereStep, Step: st.Index, Label: st.Label}, out)
 			return
 		}
-		r.setFile(name, marks.Output, out)
+		r.setFile(id, marks.Output, out)
 	}
-	if _, ok := r.file(name, provisioning.SentinelPath); !ok {
+	if _, ok := r.file(id, provisioning.SentinelPath); !ok {
 		finish(provisioning.Exit{Code: 1, Where: provisioning.WhereSentinel, Label: "the bootstrap data"}, nil)
 		return
 	}
@@ -851,7 +915,7 @@ func (r *Runtime) runBootstrap(name string, n int) {
 func (r *Runtime) claimBootstrap(name string, marks provisioning.AttemptMarks) ([]byte, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c, ok := r.containers[name]
+	c, ok := r.lookupLocked(name)
 	if !ok || c.m.State != container.StateRunning {
 		return nil, false
 	}
@@ -866,7 +930,7 @@ func (r *Runtime) claimBootstrap(name string, marks provisioning.AttemptMarks) (
 func (r *Runtime) file(name, p string) ([]byte, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c, ok := r.containers[name]
+	c, ok := r.lookupLocked(name)
 	if !ok {
 		return nil, false
 	}
@@ -877,7 +941,7 @@ func (r *Runtime) file(name, p string) ([]byte, bool) {
 func (r *Runtime) setFile(name, p string, b []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if c, ok := r.containers[name]; ok {
+	if c, ok := r.lookupLocked(name); ok {
 		c.files[path.Clean(p)] = bytes.Clone(b)
 	}
 }
@@ -887,7 +951,7 @@ func (r *Runtime) setFile(name, p string, b []byte) {
 func (r *Runtime) removeFiles(name string, paths ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c, ok := r.containers[name]
+	c, ok := r.lookupLocked(name)
 	if !ok {
 		return
 	}
@@ -931,6 +995,9 @@ func (r *Runtime) ReadFile(ctx context.Context, name, p string) ([]byte, error) 
 	if err != nil {
 		return nil, err
 	}
+	if err := container.CheckMachineContainer(op, name, c.m.Labels); err != nil {
+		return nil, err
+	}
 	b, ok := c.files[path.Clean(p)]
 	if !ok {
 		return nil, container.NewError(op, "container", name, container.KindNotFound, fmt.Errorf("no such file %s", p))
@@ -961,12 +1028,44 @@ func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
 	if err := r.failure(OpImageExists); err != nil {
 		return false, err
 	}
-	_, ok := r.images[ref]
+	_, ok := r.imageLocked(ref)
 	return ok, nil
 }
 
+// ImageID implements container.Runtime.
+func (r *Runtime) ImageID(ctx context.Context, ref string) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpImageID); err != nil {
+		return "", err
+	}
+	id, ok := r.imageLocked(ref)
+	if !ok {
+		return "", notFound("inspect", "image", ref)
+	}
+	return id, nil
+}
+
+// TagImage implements container.Runtime.
+func (r *Runtime) TagImage(ctx context.Context, id, ref string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpTagImage); err != nil {
+		return err
+	}
+	if _, ok := r.blobs[id]; !ok {
+		return notFound("tag", "image", id)
+	}
+	if have, ok := r.images[ref]; ok && have != id {
+		return container.NewError("tag", "image", ref, container.KindConflict,
+			fmt.Errorf("refusing to move the tag to image %s: it names image %s", id, have))
+	}
+	r.images[ref] = id
+	return nil
+}
+
 // SaveImages implements container.Runtime: the tar holds one file per image,
-// named after its reference, with the bytes given to AddImage.
+// named after its reference or ID, with the bytes given to AddImage.
 func (r *Runtime) SaveImages(ctx context.Context, refs []string) (io.ReadCloser, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -976,10 +1075,11 @@ func (r *Runtime) SaveImages(ctx context.Context, refs []string) (io.ReadCloser,
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, ref := range refs {
-		b, ok := r.images[ref]
+		id, ok := r.imageLocked(ref)
 		if !ok {
 			return nil, notFound("save", "image", ref)
 		}
+		b := r.blobs[id]
 		_ = tw.WriteHeader(&tar.Header{Name: ref, Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg})
 		_, _ = tw.Write(b)
 	}
@@ -1011,7 +1111,9 @@ func (r *Runtime) LoadImages(ctx context.Context, in io.Reader) error {
 	if err := r.failure(OpLoadImages); err != nil {
 		return err
 	}
-	maps.Copy(r.images, loaded)
+	for ref, b := range loaded {
+		r.tagLocked(ref, b)
+	}
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/container/runtimetest"
+	"github.com/capct/cluster-api-provider-container/internal/provisioning"
 )
 
 func TestSuite(t *testing.T) {
@@ -91,5 +92,60 @@ func TestForgetExecCalls(t *testing.T) {
 	run()
 	if n := len(rt.ExecCalls()); n != 0 {
 		t.Fatalf("recorded %d calls after ForgetExecCalls, want none", n)
+	}
+}
+
+// TestTagImageNeverMovesATag checks the fake as the Docker test of the
+// same name checks the engine.
+func TestTagImageNeverMovesATag(t *testing.T) {
+	rt := fake.New(nil)
+	rt.AddImage("img", []byte("the image"))
+	rt.AddImage("other", []byte("another image"))
+	ctx := context.Background()
+	if err := rt.TagImage(ctx, fake.ImageIDOf([]byte("another image")), "img"); !container.IsConflict(err) {
+		t.Fatalf("want a conflict moving img to another image, got %v", err)
+	}
+	if got, err := rt.ImageID(ctx, "img"); err != nil || got != fake.ImageIDOf([]byte("the image")) {
+		t.Fatalf("img names %q (%v) after the refused tag", got, err)
+	}
+}
+
+// TestABootstrapRunDiesWithItsContainer re-creates a container under the
+// same name while a bootstrap run is in a step: the run, which lives in the
+// first container, writes nothing into the second.
+func TestABootstrapRunDiesWithItsContainer(t *testing.T) {
+	rt := fake.New(nil)
+	e := runtimetest.NewEnv(t, rt, "img", container.IPv4)
+	ctx := context.Background()
+	m := e.Running(t, "swapped")
+	inStep, release := make(chan struct{}), make(chan struct{})
+	rt.SetExecHandler(func(_ context.Context, _ container.Machine, _ map[string][]byte, in container.ExecInput, _ []byte) (container.ExecResult, bool) {
+		if in.Cmd[0] != "block" {
+			return container.ExecResult{}, false
+		}
+		close(inStep)
+		<-release
+		return container.ExecResult{Stdout: []byte("written by the first container's run")}, true
+	})
+	for _, f := range provisioning.Script([]provisioning.Step{{Description: "block", Command: []string{"block"}}}) {
+		if err := rt.WriteFile(ctx, m.Name, e.Owns("swapped"), f.Path, f.Content, f.Mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := rt.Exec(ctx, m.Name, e.Owns("swapped"), container.ExecInput{Cmd: provisioning.LaunchCommand(1)}); err != nil {
+		t.Fatal(err)
+	}
+	<-inStep
+	rt.RemoveOutOfBand(m.Name)
+	again := e.Running(t, "swapped")
+	close(release)
+	marks := provisioning.Marks(1)
+	for range 50 {
+		for _, p := range []string{marks.Output, marks.Exit} {
+			if _, err := rt.ReadFile(ctx, again.Name, p); !container.IsNotFound(err) {
+				t.Fatalf("the first container's run wrote %s into the second: %v", p, err)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -32,6 +32,16 @@ type Runtime interface {
 	Stop(ctx context.Context, name string, owner container.Owner, timeout time.Duration) error
 }
 
+// ForeignRunner is what a suite runtime implements when it can run a
+// container that CAPCT did not make (no CAPCT labels), as a user's docker
+// run would; the suite then checks that every call refuses it. The suite
+// skips those checks for runtimes that cannot.
+type ForeignRunner interface {
+	// RunForeign starts the container name on network and returns a func
+	// removing it.
+	RunForeign(ctx context.Context, name, network, image string) (remove func(), err error)
+}
+
 // Env is what a suite run made for itself.
 type Env struct {
 	RT Runtime
@@ -171,6 +181,47 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) Runtime, image string)
 				t.Fatal("loading something that is not an archive succeeded")
 			}
 		}},
+		{"ImagesCopyByIDAndAreTaggedAfter", func(t *testing.T, e *Env) {
+			// How imagecopy pins a copy to the image's content: save by
+			// ID, load, find the ID, then tag.
+			ctx := Ctx(t)
+			id, err := e.RT.ImageID(ctx, e.Image)
+			if err != nil || !strings.HasPrefix(id, "sha256:") {
+				t.Fatalf("ImageID(%s) = %q, %v; want a sha256 digest", e.Image, id, err)
+			}
+			if _, err := e.RT.ImageID(ctx, "capct-rt/missing:"+RandomSuffix()); !container.IsNotFound(err) {
+				t.Fatalf("want not-found for a missing image, got %v", err)
+			}
+			saved, err := e.RT.SaveImages(ctx, []string{id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			archive, err := io.ReadAll(saved)
+			_ = saved.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.RT.LoadImages(ctx, bytes.NewReader(archive)); err != nil {
+				t.Fatalf("loading the archive of %s: %v", id, err)
+			}
+			if got, err := e.RT.ImageID(ctx, id); err != nil || got != id {
+				t.Fatalf("after the load ImageID(%s) = %q, %v", id, got, err)
+			}
+			// Named after the image, so that runs leave one tag at most.
+			ref := "capct-rt/pinned:" + strings.TrimPrefix(id, "sha256:")[:12]
+			for range 2 { // tagging the image the ref names already is no error
+				if err := e.RT.TagImage(ctx, id, ref); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got, err := e.RT.ImageID(ctx, ref); err != nil || got != id {
+				t.Fatalf("after the tag ImageID(%s) = %q, %v; want %s", ref, got, err, id)
+			}
+			missing := "sha256:" + strings.Repeat("0", 64)
+			if err := e.RT.TagImage(ctx, missing, "capct-rt/missing:"+RandomSuffix()); !container.IsNotFound(err) {
+				t.Fatalf("want not-found for tagging a missing image, got %v", err)
+			}
+		}},
 		{"EnsureNetworkTwiceGivesTheSameNetwork", func(t *testing.T, e *Env) {
 			n, err := e.RT.EnsureNetwork(Ctx(t), container.NetworkSpec{Name: e.Network.Name, Owner: e.Owner})
 			if err != nil {
@@ -196,6 +247,14 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) Runtime, image string)
 				if !container.IsConflict(err) || !strings.Contains(err.Error(), e.Network.Name) {
 					t.Fatalf("owner %s: want a conflict naming %q, got %v", other, e.Network.Name, err)
 				}
+			}
+		}},
+		{"OnlyAnOverlayIsEncrypted", func(t *testing.T, e *Env) {
+			// A bridge never leaves its host: asking to encrypt one is a
+			// mistake to report, not to ignore.
+			_, err := e.RT.EnsureNetwork(Ctx(t), container.NetworkSpec{Name: e.Prefix + "-encrypted", Owner: e.Owner, Encrypted: true})
+			if !container.IsInvalid(err) {
+				t.Fatalf("want an invalid-argument error for an encrypted bridge, got %v", err)
 			}
 		}},
 		{"DeleteNetworkOfAnotherOwnerIsRefused", func(t *testing.T, e *Env) {
@@ -234,6 +293,37 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) Runtime, image string)
 				if _, err := e.RT.ReadFile(ctx, m.Name, p); !container.IsNotFound(err) {
 					t.Fatalf("%s must not exist: %v", p, err)
 				}
+			}
+		}},
+		{"CallsOnAContainerCAPCTDidNotMakeAreRefused", func(t *testing.T, e *Env) {
+			runner, ok := e.RT.(ForeignRunner)
+			if !ok {
+				t.Skip("the runtime cannot run a foreign container")
+			}
+			ctx := Ctx(t)
+			name := e.Prefix + "-not-capct"
+			remove, err := runner.RunForeign(ctx, name, e.Network.Name, e.Image)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(remove)
+			// ReadFile names no owner, but reads only CAPCT's machines: a
+			// foreign container's files are none of CAPCT's business.
+			_, readErr := e.RT.ReadFile(ctx, name, "/etc/hostname")
+			calls := map[string]error{
+				"ReadFile":  readErr,
+				"WriteFile": e.RT.WriteFile(ctx, name, e.Owns("foreign"), "/written-by-capct", []byte("x"), 0o644),
+				"Signal":    e.RT.Signal(ctx, name, e.Owns("foreign"), "SIGHUP"),
+				"Delete":    e.RT.Delete(ctx, name, e.Owns("foreign")),
+			}
+			_, calls["Exec"] = e.RT.Exec(ctx, name, e.Owns("foreign"), container.ExecInput{Cmd: []string{"true"}})
+			for call, err := range calls {
+				if !container.IsConflict(err) || !strings.Contains(err.Error(), name) {
+					t.Errorf("%s: want a conflict naming %q, got %v", call, name, err)
+				}
+			}
+			if m, err := e.RT.Inspect(ctx, name); err != nil || m.State != container.StateRunning {
+				t.Fatalf("the foreign container must be untouched and running: %+v, %v", m, err)
 			}
 		}},
 		{"InspectNetworkIgnoresOwnership", func(t *testing.T, e *Env) {

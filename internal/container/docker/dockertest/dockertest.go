@@ -171,6 +171,15 @@ func RunForeign(ctx context.Context, rt *docker.Runtime, name, network, image st
 	return remove, nil
 }
 
+// SuiteRuntime is a Docker runtime for runtimetest.RunSuite that can also
+// run foreign containers (runtimetest.ForeignRunner).
+type SuiteRuntime struct{ *docker.Runtime }
+
+// RunForeign implements runtimetest.ForeignRunner with RunForeign.
+func (s SuiteRuntime) RunForeign(ctx context.Context, name, network, image string) (remove func(), err error) {
+	return RunForeign(ctx, s.Runtime, name, network, image)
+}
+
 // FileMode is the permission bits of path in the container, from the
 // engine's archive metadata (what `docker cp` sees), so that it needs no
 // tool inside the container; busybox images have no stat.
