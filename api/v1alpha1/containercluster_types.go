@@ -12,6 +12,7 @@ const ClusterFinalizer = "containercluster.infrastructure.cluster.x-k8s.io"
 // ContainerClusterSpec is the desired state of a ContainerCluster.
 // +kubebuilder:validation:XValidation:rule="!has(self.engines) || !has(self.failureDomains)",message="engines and failureDomains exclude each other: a cluster's engines are its failure domains",fieldPath=".engines"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.clusterID) || (has(self.clusterID) && self.clusterID == oldSelf.clusterID)",message="clusterID is immutable once set: it names the cluster's containers on the engine"
+// +kubebuilder:validation:XValidation:rule="!has(self.network) || !has(self.network.encrypted) || !self.network.encrypted || (has(self.engines) && size(self.engines) > 1)",message="network.encrypted needs a cluster on several engines: only their overlay network leaves a host",fieldPath=".network.encrypted"
 type ContainerClusterSpec struct {
 	// clusterID identifies the cluster's containers and networks on the
 	// container engine (their io.x-k8s.capct.cluster-id label). CAPCT sets it
@@ -103,17 +104,21 @@ type LoadBalancerSpec struct {
 	CustomHAProxyConfigTemplateRef *LocalObjectReference `json:"customHAProxyConfigTemplateRef,omitempty"`
 }
 
-// NetworkSpec configures a cluster's container network. Its name, mode and
-// ipFamily are immutable (ContainerCluster's rules, which also see spec.network
-// added or removed).
-// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'Unmanaged' || has(self.name)",message="name is required when mode is Unmanaged"
+// NetworkSpec configures a cluster's container network. Its name, mode,
+// ipFamily and encrypted are immutable (ContainerCluster's rules, which also
+// see spec.network added or removed).
+// +kubebuilder:validation:XValidation:rule="!has(self.encrypted) || !self.encrypted || !has(self.mode) || self.mode != 'Unmanaged'",message="encrypted needs mode Managed: CAPCT does not create an Unmanaged network",fieldPath=".encrypted"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'Unmanaged' || (has(self.name) && size(self.name) > 0)",message="name is required when mode is Unmanaged"
 type NetworkSpec struct {
-	// name of the container network. Defaults to the cluster's name prefixed
-	// with "capct-".
+	// name of the container network. Empty (the default) derives a name
+	// from the cluster's namespace and name, "capct-<cluster>-<hash>", that
+	// no other cluster's derives: a name joined from the two, such as
+	// capct-<namespace>-<cluster>, is the same for namespace a with cluster
+	// b-c and namespace a-b with cluster c. Empty is accepted so that
+	// templates can default to it.
 	// +optional
-	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`
+	// +kubebuilder:validation:Pattern=`^([a-zA-Z0-9][a-zA-Z0-9_.-]*)?$`
 	Name string `json:"name,omitempty"`
 
 	// mode says who owns the network. Managed (the default): CAPCT creates
@@ -129,6 +134,19 @@ type NetworkSpec struct {
 	// Cluster's pod CIDRs, or IPv4.
 	// +optional
 	IPFamily IPFamily `json:"ipFamily,omitempty"`
+
+	// encrypted makes CAPCT create the overlay network of a cluster on
+	// several engines with Docker's encryption (the overlay driver's
+	// "encrypted" option: IPsec between the engines' hosts), so that node
+	// traffic, which otherwise crosses the hosts' network as clear VXLAN,
+	// cannot be read or injected on the way (docs/multihost.md). It needs
+	// engines that allow IPsec (ESP, IP protocol 50) between them. Only a
+	// Managed network of a cluster on several engines can be encrypted: a
+	// bridge never leaves its host, and CAPCT does not create an Unmanaged
+	// network. Immutable: an overlay cannot change its encryption while
+	// nodes are on it.
+	// +optional
+	Encrypted bool `json:"encrypted,omitempty"`
 
 	// podCIDRAllocation configures CAPCT's node IPAM.
 	// +optional
@@ -244,6 +262,7 @@ type ContainerCluster struct {
 	// +kubebuilder:validation:XValidation:rule="(has(self.network) && has(self.network.name) ? self.network.name : '') == (has(oldSelf.network) && has(oldSelf.network.name) ? oldSelf.network.name : '')",message="network.name is immutable, also by adding or removing spec.network: the cluster's containers are attached to the network",fieldPath=".network.name"
 	// +kubebuilder:validation:XValidation:rule="(has(self.network) && has(self.network.mode) ? self.network.mode : 'Managed') == (has(oldSelf.network) && has(oldSelf.network.mode) ? oldSelf.network.mode : 'Managed')",message="network.mode is immutable, also by adding or removing spec.network: CAPCT would delete or leak a network it did not make",fieldPath=".network.mode"
 	// +kubebuilder:validation:XValidation:rule="(has(self.network) && has(self.network.ipFamily) ? self.network.ipFamily : '') == (has(oldSelf.network) && has(oldSelf.network.ipFamily) ? oldSelf.network.ipFamily : '')",message="network.ipFamily is immutable, also by adding or removing spec.network: the network and the nodes' addresses cannot change family on a live cluster",fieldPath=".network.ipFamily"
+	// +kubebuilder:validation:XValidation:rule="(has(self.network) && has(self.network.encrypted) ? self.network.encrypted : false) == (has(oldSelf.network) && has(oldSelf.network.encrypted) ? oldSelf.network.encrypted : false)",message="network.encrypted is immutable, also by adding or removing spec.network: an overlay cannot change its encryption while nodes are on it",fieldPath=".network.encrypted"
 	// +kubebuilder:validation:XValidation:rule="has(self.engines) == has(oldSelf.engines) && (!has(self.engines) || self.engines[0].name == oldSelf.engines[0].name)",message="engines cannot be added to a cluster or removed from it, and its first engine, which holds the load balancer, never changes",fieldPath=".engines"
 	// +kubebuilder:validation:XValidation:rule="!has(self.engines) || !has(oldSelf.engines) || (size(self.engines) > 1) == (size(oldSelf.engines) > 1)",message="a cluster on one engine stays on one, and a cluster on several keeps several: the first runs on the engine's own bridge network, the second on an overlay network that spans the engines",fieldPath=".engines"
 	Spec ContainerClusterSpec `json:"spec,omitempty"`
