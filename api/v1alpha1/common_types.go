@@ -72,9 +72,15 @@ type MachineResources struct {
 // default, so each can be set per machine or template.
 type MachineLifecycle struct {
 	// bootstrapTimeout bounds how long running the bootstrap data may take.
-	// Defaults to 5m.
+	// Defaults to 5m; at most 1h. A machine holds one of its engine's
+	// bootstrap slots (--max-concurrent-bootstraps) for as long as its
+	// bootstrap runs, so an unbounded timeout would let bootstrap data that
+	// never ends hold slots for good and keep every other machine on the
+	// engine waiting. A kubeadm join or init takes minutes even on a loaded
+	// host, with its images preloaded; an hour is far beyond any real one.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="bootstrapTimeout must be positive"
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="bootstrapTimeout must be at most 1h: a bootstrap holds one of its engine's bootstrap slots while it runs"
 	BootstrapTimeout *metav1.Duration `json:"bootstrapTimeout,omitempty"`
 
 	// registrationTTL bounds the time from launch to the Node registering.

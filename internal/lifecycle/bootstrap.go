@@ -17,6 +17,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/provisioning"
 )
 
@@ -27,8 +28,10 @@ const (
 	DefaultBootstrapTimeout = 5 * time.Minute
 	// MaxBootstrapAttempts bounds the attempts of one machine's bootstrap.
 	MaxBootstrapAttempts = 3
-	// WaitingForBootstrapSlotReason: the host runs as many bootstraps as
-	// --max-concurrent-bootstraps allows; the machine waits for one to end.
+	// WaitingForBootstrapSlotReason: the machine's engine runs as many
+	// bootstraps as --max-concurrent-bootstraps allows, or gives its free
+	// slots to namespaces under their share first (BootstrapRunner); the
+	// machine waits for one to end.
 	// Not terminal, and the wait does not count toward the timeout.
 	WaitingForBootstrapSlotReason = "WaitingForBootstrapSlot"
 	// bootstrapPoll is how often a running bootstrap is looked at, in case
@@ -54,7 +57,8 @@ const (
 // control plane still starting, an interrupted attempt) is retried, up to
 // MaxBootstrapAttempts within the timeout; one that cannot pass (bad
 // bootstrap data or script) is terminal. At most --max-concurrent-bootstraps
-// machines bootstrap at once; the others wait, non-terminally.
+// machines bootstrap at once on each engine; the others wait,
+// non-terminally.
 type Bootstrap struct{ *Deps }
 
 // Reconcile implements Phase.
@@ -102,7 +106,7 @@ func (b *Bootstrap) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result
 		}
 		return b.startFirst(ctx, s, now, timeout)
 	case runLaunched, runRunning:
-		b.Bootstraps.Hold(key)
+		b.Bootstraps.Hold(key, s.Engine)
 		return b.watch(ctx, s, now, timeout, r)
 	case runEnded:
 		if r.exit.Code == 0 {
@@ -119,6 +123,14 @@ func (b *Bootstrap) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result
 	return ctrl.Result{}, fmt.Errorf("unknown bootstrap state %d of ContainerMachine %s", r.state, key)
 }
 
+// engineDescription names an engine in a message.
+func engineDescription(engine string) string {
+	if engine == engines.Local {
+		return "the manager's engine"
+	}
+	return fmt.Sprintf("engine %q", engine)
+}
+
 // timeLeft is how much of the bootstrap timeout is left; the timeout
 // counts from Bootstrapped turning Unknown, the start of the first attempt.
 func timeLeft(cm *infrav1.ContainerMachine, now time.Time, timeout time.Duration) time.Duration {
@@ -130,14 +142,15 @@ func timeLeft(cm *infrav1.ContainerMachine, now time.Time, timeout time.Duration
 func (b *Bootstrap) startFirst(ctx context.Context, s *MachineScope, now time.Time, timeout time.Duration) (ctrl.Result, error) {
 	cm := s.ContainerMachine
 	key := client.ObjectKeyFromObject(cm)
-	ok, usage := b.Bootstraps.Acquire(key)
+	ok, usage := b.Bootstraps.Acquire(key, s.Engine)
 	if !ok {
 		// The message names nothing that changes while the machine waits
 		// (its place in line, the slots in flight): every change would be
 		// a status write, which Cluster API mirrors onto the Machine and
 		// which wakes the machine again, for each machine each time the
 		// line moves, quadratic in a scale-out (docs/bench.md).
-		msg := fmt.Sprintf("Waiting for a bootstrap slot: all %d of this host are in use (--max-concurrent-bootstraps); machines get them in the order they asked", usage.Limit)
+		msg := fmt.Sprintf("Waiting for a bootstrap slot: all %d of %s are in use, or go first to machines of namespaces that hold less than half of them (--max-concurrent-bootstraps); machines get them in the order they asked",
+			usage.Limit, engineDescription(s.Engine))
 		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionFalse, WaitingForBootstrapSlotReason, msg)
 		return ctrl.Result{RequeueAfter: slotPoll}, nil
 	}
@@ -220,7 +233,7 @@ func (b *Bootstrap) watch(ctx context.Context, s *MachineScope, now time.Time, t
 func (b *Bootstrap) failed(ctx context.Context, s *MachineScope, now time.Time, timeout time.Duration, n int, f attemptFailure) (ctrl.Result, error) {
 	cm := s.ContainerMachine
 	key := client.ObjectKeyFromObject(cm)
-	b.Bootstraps.Hold(key)
+	b.Bootstraps.Hold(key, s.Engine)
 	msg := f.summary(n, MaxBootstrapAttempts)
 	left := timeLeft(cm, now, timeout)
 	switch {

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,22 +18,37 @@ import (
 // is lost when the manager restarts: the Bootstrap phase reads the marks and
 // starts a watch again.
 //
-// It also bounds the bootstraps in flight on the host: a machine holds a
-// slot from its first attempt until its bootstrap succeeds or fails for
-// good. Machines that ask for a slot when none is free wait in line and are
-// woken, first come first served, when one frees up.
+// It also bounds the bootstraps in flight on each engine: a machine holds
+// one of its engine's slots from its first attempt until its bootstrap
+// succeeds or fails for good. Each engine has slots of its own, since a
+// bootstrap loads the host it runs on and no other: machines stuck on one
+// engine never hold up another's. Machines that ask for a slot when none is
+// free wait in line and are woken when one frees up, first come first
+// served, except that while machines of other namespaces wait, a namespace
+// that holds its share of the engine's slots (half of them) waits behind
+// them (nextInLine).
 type BootstrapRunner struct {
 	base   context.Context
 	notify func(types.NamespacedName)
 	clock  clock.WithTicker
-	// limit is the most bootstraps in flight; 0 means no limit.
+	// limit is the most bootstraps in flight on each engine; 0 means no
+	// limit.
 	limit int
 	// poll is how often a watch reads the exit mark.
 	poll time.Duration
 
-	mu    sync.Mutex
-	jobs  map[types.NamespacedName]*bootstrapJob
-	slots map[types.NamespacedName]bool
+	mu   sync.Mutex
+	jobs map[types.NamespacedName]*bootstrapJob
+	// pools holds each engine's slots by its name (engines.Local for the
+	// manager's own).
+	pools map[string]*slotPool
+	// engineOf names the engine whose slot or line each machine is in.
+	engineOf map[types.NamespacedName]string
+}
+
+// slotPool is one engine's bootstrap slots.
+type slotPool struct {
+	held map[types.NamespacedName]bool
 	// queue holds the machines waiting for a slot, in the order they
 	// first asked.
 	queue []types.NamespacedName
@@ -55,20 +71,20 @@ const DefaultMaxConcurrentBootstraps = 10
 const bootstrapWatchPoll = time.Second
 
 // NewBootstrapRunner returns a runner whose goroutines end when base ends
-// (the manager's context), with at most maxInFlight bootstraps at once (0:
-// no limit). notify is called with a machine's key when its attempt ends
-// or a slot frees up for it.
+// (the manager's context), with at most maxInFlight bootstraps at once on
+// each engine (0: no limit). notify is called with a machine's key when its
+// attempt ends or a slot frees up for it.
 func NewBootstrapRunner(base context.Context, clk clock.WithTicker, maxInFlight int, notify func(types.NamespacedName)) *BootstrapRunner {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
 	return &BootstrapRunner{
 		base: base, notify: notify, clock: clk, limit: max(maxInFlight, 0), poll: bootstrapWatchPoll,
-		jobs: map[types.NamespacedName]*bootstrapJob{}, slots: map[types.NamespacedName]bool{},
+		jobs: map[types.NamespacedName]*bootstrapJob{}, pools: map[string]*slotPool{}, engineOf: map[types.NamespacedName]string{},
 	}
 }
 
-// SlotUsage says how busy the host's bootstrap slots are.
+// SlotUsage says how busy an engine's bootstrap slots are.
 type SlotUsage struct {
 	// InFlight is the number of slots held.
 	InFlight int
@@ -78,55 +94,56 @@ type SlotUsage struct {
 	Ahead int
 }
 
-// Acquire takes a bootstrap slot for key, or puts key in line for one. It
+// Acquire takes a slot of engine for key, or puts key in line for one. It
 // returns true when key holds a slot (also when it held one already).
-func (r *BootstrapRunner) Acquire(key types.NamespacedName) (bool, SlotUsage) {
+func (r *BootstrapRunner) Acquire(key types.NamespacedName, engine string) (bool, SlotUsage) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.slots[key] {
-		return true, r.usageLocked(0)
+	p := r.poolLocked(key, engine)
+	if p.held[key] {
+		return true, r.usageLocked(p, 0)
 	}
-	ahead := 0
-	queued := false
-	for _, k := range r.queue {
-		if k == key {
-			queued = true
-			break
-		}
-		ahead++
+	ahead := slices.Index(p.queue, key)
+	if ahead < 0 {
+		ahead = len(p.queue)
+		p.queue = append(p.queue, key)
 	}
-	free := r.limit - len(r.slots)
-	if r.limit == 0 || ahead < free {
-		r.slots[key] = true
-		r.dequeueLocked(key)
-		return true, r.usageLocked(0)
+	if slices.Contains(nextInLine(r.limit, p.held, p.queue), key) {
+		p.held[key] = true
+		p.dequeue(key)
+		return true, r.usageLocked(p, 0)
 	}
-	if !queued {
-		r.queue = append(r.queue, key)
-	}
-	return false, r.usageLocked(ahead)
+	return false, r.usageLocked(p, ahead)
 }
 
-// Hold takes a slot for key even over the limit: its bootstrap runs
-// already (the manager restarted during it), and it cannot be made to wait.
-func (r *BootstrapRunner) Hold(key types.NamespacedName) {
+// Hold takes a slot of engine for key even over the limit: its bootstrap
+// runs already (the manager restarted during it), and it cannot be made to
+// wait.
+func (r *BootstrapRunner) Hold(key types.NamespacedName, engine string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.slots[key] = true
-	r.dequeueLocked(key)
+	p := r.poolLocked(key, engine)
+	p.held[key] = true
+	p.dequeue(key)
 }
 
 // Release gives key's slot back, or takes key out of line, and wakes the
 // machines next in line for the slots now free.
 func (r *BootstrapRunner) Release(key types.NamespacedName) {
 	r.mu.Lock()
-	held := r.slots[key]
-	delete(r.slots, key)
-	queued := r.dequeueLocked(key)
 	var wake []types.NamespacedName
-	if held || queued {
-		free := min(len(r.queue), r.limit-len(r.slots))
-		wake = append(wake, r.queue[:max(free, 0)]...)
+	if engine, ok := r.engineOf[key]; ok {
+		p := r.pools[engine]
+		held := p.held[key]
+		delete(p.held, key)
+		queued := p.dequeue(key)
+		delete(r.engineOf, key)
+		if held || queued {
+			wake = nextInLine(r.limit, p.held, p.queue)
+		}
+		if len(p.held) == 0 && len(p.queue) == 0 {
+			delete(r.pools, engine)
+		}
 	}
 	r.mu.Unlock()
 	if r.notify != nil {
@@ -136,19 +153,78 @@ func (r *BootstrapRunner) Release(key types.NamespacedName) {
 	}
 }
 
-func (r *BootstrapRunner) usageLocked(ahead int) SlotUsage {
-	return SlotUsage{InFlight: len(r.slots), Limit: r.limit, Ahead: ahead}
+// poolLocked returns engine's slots, recording that key is in them. A
+// machine's engine never changes; should key be found in another engine's
+// pool, it leaves that one.
+func (r *BootstrapRunner) poolLocked(key types.NamespacedName, engine string) *slotPool {
+	if was, ok := r.engineOf[key]; ok && was != engine {
+		delete(r.pools[was].held, key)
+		r.pools[was].dequeue(key)
+	}
+	r.engineOf[key] = engine
+	p, ok := r.pools[engine]
+	if !ok {
+		p = &slotPool{held: map[types.NamespacedName]bool{}}
+		r.pools[engine] = p
+	}
+	return p
 }
 
-// dequeueLocked takes key out of line and reports whether it was in it.
-func (r *BootstrapRunner) dequeueLocked(key types.NamespacedName) bool {
-	for i, k := range r.queue {
-		if k == key {
-			r.queue = append(r.queue[:i], r.queue[i+1:]...)
-			return true
-		}
+func (r *BootstrapRunner) usageLocked(p *slotPool, ahead int) SlotUsage {
+	return SlotUsage{InFlight: len(p.held), Limit: r.limit, Ahead: ahead}
+}
+
+// dequeue takes key out of line and reports whether it was in it.
+func (p *slotPool) dequeue(key types.NamespacedName) bool {
+	i := slices.Index(p.queue, key)
+	if i < 0 {
+		return false
 	}
-	return false
+	p.queue = slices.Delete(p.queue, i, i+1)
+	return true
+}
+
+// nextInLine returns the machines of queue that take an engine's free
+// slots, given its limit (0: none) and the machines that hold slots. The
+// slots go in the order of the line, but a machine whose namespace holds its
+// share of the slots (half, at least one) gives way to the machines behind
+// it of namespaces under their share: one tenant that fills the line, or
+// whose bootstraps never end, cannot keep the others from every slot.
+// Slots no one under their share wants go in the order of the line, so a
+// namespace alone on an engine may use all of its slots; slots are never
+// taken back, so a namespace holding more than its share when others come
+// is brought down to it as its bootstraps end (each within its bounded
+// bootstrapTimeout).
+func nextInLine(limit int, held map[types.NamespacedName]bool, queue []types.NamespacedName) []types.NamespacedName {
+	if limit == 0 {
+		return slices.Clone(queue)
+	}
+	share := max(limit/2, 1)
+	holds := map[string]int{}
+	for k := range held {
+		holds[k.Namespace]++
+	}
+	taken := make([]bool, len(queue))
+	var next []types.NamespacedName
+	for free := limit - len(held); free > 0; free-- {
+		pick := -1
+		for i, k := range queue {
+			if !taken[i] && holds[k.Namespace] < share {
+				pick = i
+				break
+			}
+		}
+		if pick < 0 {
+			pick = slices.Index(taken, false)
+		}
+		if pick < 0 {
+			break
+		}
+		taken[pick] = true
+		holds[queue[pick].Namespace]++
+		next = append(next, queue[pick])
+	}
+	return next
 }
 
 // Run makes sure a job runs for key's attempt: launch (when not nil), then

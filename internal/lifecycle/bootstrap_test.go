@@ -419,7 +419,7 @@ func TestBootstrapSlotsBoundTheBootstrapsInFlight(t *testing.T) {
 	}
 	waiting := machines[limit]
 	wantCondition(t, waiting, infrav1.BootstrappedCondition, metav1.ConditionFalse, WaitingForBootstrapSlotReason)
-	if msg := condition(waiting, infrav1.BootstrappedCondition).Message; !strings.Contains(msg, "all 2 of this host are in use") {
+	if msg := condition(waiting, infrav1.BootstrappedCondition).Message; !strings.Contains(msg, "all 2 of the manager's engine are in use") {
 		t.Fatalf("the wait must say why, got %q", msg)
 	}
 	if TerminalCondition(waiting.ContainerMachine) != nil {

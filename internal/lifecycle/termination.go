@@ -2,10 +2,12 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,7 +33,8 @@ const deletionPoll = time.Second
 // Machine, and with it the MachineSet's replacement, until the host came
 // back. So after UnreachableEngineDeletionTimeout from the start of the
 // deletion, Termination gives up on the container: the ContainerCluster
-// removes it as an orphan once its engine answers again.
+// removes it as an orphan once its engine answers again. The load balancer
+// is waited for no longer (loadBalancerNotSynced).
 type Termination struct {
 	*Deps
 	// LoadBalancer rewrites the configuration of the load balancer in front
@@ -56,7 +59,9 @@ func (t *Termination) Reconcile(ctx context.Context, s *MachineScope) (done bool
 	t.Bootstraps.Forget(client.ObjectKeyFromObject(cm))
 	if s.IsControlPlane() && t.LoadBalancer != nil && s.ContainerCluster != nil && s.ContainerCluster.DeletionTimestamp.IsZero() {
 		if _, err := t.LoadBalancer.Sync(ctx, s.Cluster, s.ContainerCluster); err != nil {
-			return false, ctrl.Result{}, fmt.Errorf("failed to take ContainerMachine %s/%s out of the load balancer: %w", cm.Namespace, cm.Name, err)
+			if res, wait, err := t.loadBalancerNotSynced(s, err); wait {
+				return false, res, err
+			}
 		}
 	}
 	name := s.ContainerName()
@@ -88,6 +93,52 @@ func (t *Termination) Reconcile(ctx context.Context, s *MachineScope) (done bool
 	return false, ctrl.Result{RequeueAfter: deletionPoll}, nil
 }
 
+// loadBalancerNotSynced decides whether the deletion waits for the load
+// balancer, which could not be synced (err) to take the machine out. The
+// drain only spares clients of the API server a moment of errors; the
+// machine's deletion, and the remediation or rollout behind it, must not
+// hang on it. So what waiting does not fix (the configuration refused, the
+// custom template's ConfigMap or the load-balancer container gone) lets the
+// deletion go on at once, and anything else (the API server or the load
+// balancer's engine away) is waited for up to
+// UnreachableEngineDeletionTimeout from the start of the deletion, as the
+// machine's container is. The ContainerCluster controller syncs the load
+// balancer once it can, the machine gone.
+func (t *Termination) loadBalancerNotSynced(s *MachineScope, err error) (res ctrl.Result, wait bool, _ error) {
+	cm := s.ContainerMachine
+	var reloadErr *loadbalancer.ReloadError
+	permanent := errors.As(err, &reloadErr) || apierrors.IsNotFound(err) || container.IsNotFound(err)
+	if !permanent {
+		now := t.Clock.Now()
+		left := t.deletionTimeLeft(cm, now)
+		switch {
+		case left > 0 && container.IsUnreachable(err):
+			// Waiting, not failing: as engineAway, and without the
+			// controller's backoff, which could outlast the timeout.
+			setCondition(cm, now, infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.EngineUnreachableReason, fmt.Sprintf(
+				"Deleting: the engine of the load balancer does not answer (%v); deleting container %s without taking it out of the load balancer in %s",
+				err, s.ContainerName(), left.Round(time.Second)))
+			return ctrl.Result{RequeueAfter: min(left, containerRecheck)}, true, nil
+		case left > 0:
+			return ctrl.Result{}, true, fmt.Errorf("failed to take ContainerMachine %s/%s out of the load balancer: %w", cm.Namespace, cm.Name, err)
+		}
+	}
+	t.Recorder.Eventf(cm, corev1.EventTypeWarning, "LoadBalancerNotSynced",
+		"Deleting container %s without taking it out of the load balancer of Cluster %s first: %v; the load balancer is synced once it can be",
+		s.ContainerName(), s.Cluster.Name, err)
+	return ctrl.Result{}, false, nil
+}
+
+// deletionTimeLeft is how much of UnreachableEngineDeletionTimeout is left
+// of cm's deletion at now.
+func (t *Termination) deletionTimeLeft(cm *infrav1.ContainerMachine, now time.Time) time.Duration {
+	timeout := t.UnreachableEngineDeletionTimeout
+	if timeout <= 0 {
+		timeout = DefaultUnreachableEngineDeletionTimeout
+	}
+	return cm.DeletionTimestamp.Add(timeout).Sub(now)
+}
+
 // engineAway waits for the machine's engine, which does not answer (err),
 // until UnreachableEngineDeletionTimeout from the start of the deletion,
 // saying so in ContainerRunning; then it gives up on the container and
@@ -95,11 +146,7 @@ func (t *Termination) Reconcile(ctx context.Context, s *MachineScope) (done bool
 func (t *Termination) engineAway(s *MachineScope, err error) (bool, ctrl.Result, error) {
 	cm := s.ContainerMachine
 	now := t.Clock.Now()
-	timeout := t.UnreachableEngineDeletionTimeout
-	if timeout <= 0 {
-		timeout = DefaultUnreachableEngineDeletionTimeout
-	}
-	left := cm.DeletionTimestamp.Add(timeout).Sub(now)
+	left := t.deletionTimeLeft(cm, now)
 	if left > 0 {
 		setCondition(cm, now, infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.EngineUnreachableReason, fmt.Sprintf(
 			"Deleting: engine %s does not answer (%v); giving up on container %s in %s", s.Engine, err, s.ContainerName(), left.Round(time.Second)))
@@ -107,6 +154,6 @@ func (t *Termination) engineAway(s *MachineScope, err error) (bool, ctrl.Result,
 	}
 	t.Recorder.Eventf(cm, corev1.EventTypeWarning, infrav1.EngineUnreachableReason,
 		"Gave up deleting container %s: engine %s has not answered for %s since the deletion began; Cluster %s removes the container once the engine answers again",
-		s.ContainerName(), s.Engine, timeout, s.Cluster.Name)
+		s.ContainerName(), s.Engine, now.Sub(cm.DeletionTimestamp.Time).Round(time.Second), s.Cluster.Name)
 	return true, ctrl.Result{}, nil
 }

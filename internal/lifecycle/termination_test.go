@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -19,6 +21,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	fakeruntime "github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
 // launched returns a scope whose container Launch has created.
@@ -283,5 +286,92 @@ func TestTerminationGivesUpOnALostEngineAfterTheTimeout(t *testing.T) {
 	}
 	if !e.exists(cpName) {
 		t.Fatal("the container went, though its engine did not answer: the test's engine must keep it")
+	}
+}
+
+// TestTerminationGoesOnWhenTheLoadBalancerCannotBeSynced deletes a
+// control-plane machine whose load balancer cannot be synced to take it
+// out: what waiting does not fix lets the deletion go on at once, an engine
+// or API server away is waited for until UnreachableEngineDeletionTimeout
+// from the start of the deletion, and never longer.
+func TestTerminationGoesOnWhenTheLoadBalancerCannotBeSynced(t *testing.T) {
+	unreachable := container.NewError("read", "file", "haproxy.cfg", container.KindUnreachable, errors.New("no route to host"))
+	testCases := []struct {
+		name string
+		// breakIt makes the next syncs of the load balancer fail; it is
+		// called before each pass.
+		breakIt func(e *lbEnv)
+		// waits is whether the deletion waits until the timeout.
+		waits bool
+		// waitSays is what ContainerRunning says while it waits, when it
+		// says anything.
+		waitSays string
+	}{
+		{name: "the custom template's ConfigMap is deleted", breakIt: func(e *lbEnv) {
+			e.s.ContainerCluster.Spec.LoadBalancer.CustomHAProxyConfigTemplateRef = &infrav1.LocalObjectReference{Name: "gone"}
+		}},
+		{name: "the custom template is refused", breakIt: func(e *lbEnv) {
+			e.s.ContainerCluster.Spec.LoadBalancer.CustomHAProxyConfigTemplateRef = &infrav1.LocalObjectReference{Name: "bad"}
+			bad := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bad"}, Data: map[string]string{"value": "{{ .NoSuchField }}"}}
+			if err := e.mgmt.Create(context.Background(), bad); err != nil && !apierrors.IsAlreadyExists(err) {
+				e.t.Fatal(err)
+			}
+		}},
+		{name: "the load balancer's container is gone", breakIt: func(e *lbEnv) {
+			if err := e.runtime.Delete(context.Background(), e.name, clusterOwner.ForMachine(naming.LoadBalancerMachine("c1"))); err != nil && !container.IsNotFound(err) {
+				e.t.Fatal(err)
+			}
+		}},
+		{name: "the load balancer's engine does not answer", waits: true, waitSays: "the engine of the load balancer does not answer", breakIt: func(e *lbEnv) {
+			e.runtime.FailNext(fakeruntime.OpReadFile, unreachable)
+		}},
+		{name: "the engine fails the read", waits: true, breakIt: func(e *lbEnv) {
+			e.runtime.FailNext(fakeruntime.OpReadFile, errors.New("the engine failed the read"))
+		}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newLBEnv(t)
+			e.deleting()
+			// On the test's clock, which the timeout is judged by.
+			e.s.ContainerMachine.DeletionTimestamp = ptr.To(metav1.NewTime(e.clock.Now()))
+			term := &Termination{Deps: e.deps, LoadBalancer: e.lb, UnreachableEngineDeletionTimeout: time.Minute}
+			if tc.waits {
+				tc.breakIt(e)
+				done, res, err := term.Reconcile(context.Background(), e.s)
+				if done || err == nil && res.RequeueAfter == 0 {
+					t.Fatalf("within the timeout: done %v, %v, %v; want a wait", done, res, err)
+				}
+				if !e.exists(cpName) {
+					t.Fatal("the container was deleted before the load balancer was given up on")
+				}
+				if tc.waitSays != "" {
+					wantCondition(t, e.s, infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.EngineUnreachableReason)
+					if msg := conditions.Get(e.s.ContainerMachine, infrav1.ContainerRunningCondition).Message; !strings.Contains(msg, tc.waitSays) {
+						t.Fatalf("ContainerRunning says %q; want %q", msg, tc.waitSays)
+					}
+				}
+				e.clock.Step(time.Minute)
+			}
+			for range 3 {
+				tc.breakIt(e)
+				done, res, err := term.Reconcile(context.Background(), e.s)
+				if err != nil {
+					t.Fatalf("the deletion waits for the load balancer: %v", err)
+				}
+				if done {
+					break
+				}
+				if res.RequeueAfter == 0 {
+					t.Fatal("termination is not done and asks for no requeue")
+				}
+			}
+			if e.exists(cpName) {
+				t.Fatal("the container was not deleted")
+			}
+			if evs := events(e.recorder); !strings.Contains(evs, "LoadBalancerNotSynced") {
+				t.Fatalf("events %q; want one saying the load balancer was not synced", evs)
+			}
+		})
 	}
 }

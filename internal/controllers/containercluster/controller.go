@@ -28,7 +28,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -121,6 +120,11 @@ type Reconciler struct {
 	// flags); the zero Policy allows everything but the engine's own
 	// networks.
 	Policy policy.Policy
+	// UnreachableEngineDeletionTimeout is how long a cluster's deletion
+	// waits for a ContainerEngine that does not answer before it abandons
+	// what the cluster has there; 0 means
+	// lifecycle.DefaultUnreachableEngineDeletionTimeout.
+	UnreachableEngineDeletionTimeout time.Duration
 
 	recorder record.EventRecorder
 	lb       *loadbalancer.LoadBalancer
@@ -205,6 +209,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, nil
 	}
 	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, cc); err != nil || isPaused || requeue {
+		return ctrl.Result{}, err
+	}
+	if stop, err := r.ensureClusterInfrastructure(ctx, cluster, cc); stop || err != nil {
 		return ctrl.Result{}, err
 	}
 	if cc.DeletionTimestamp.IsZero() {
@@ -393,7 +400,8 @@ func (r *Reconciler) ensureNetwork(ctx context.Context, cluster *clusterv1.Clust
 	var n container.Network
 	overlay := len(r.Engines.ForCluster(cc)) > 1
 	if cc.Spec.Network.Mode != infrav1.NetworkUnmanaged {
-		spec := container.NetworkSpec{Name: name, Owner: naming.ClusterOwner(cluster, cc), IPFamily: family, Overlay: overlay}
+		spec := container.NetworkSpec{Name: name, Owner: naming.ClusterOwner(cluster, cc), IPFamily: family, Overlay: overlay,
+			Encrypted: cc.Spec.Network.Encrypted}
 		// The other engines' networks matter only to pick the subnet of a
 		// new overlay; asking them on every pass would also stop the
 		// cluster's reconcile while one of them is away.
@@ -484,65 +492,6 @@ func (r *Reconciler) removeOrphans(ctx context.Context, cluster *clusterv1.Clust
 		}
 	}
 	return nil
-}
-
-// reconcileDelete removes the load balancer, then the network (unless it is
-// Unmanaged) once no machine of the cluster remains, then the finalizer.
-func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (ctrl.Result, error) {
-	now := r.Clock.Now()
-	setLoadBalancerCondition(cc, now, metav1.ConditionFalse, infrav1.DeletingReason, "Deleting the load balancer")
-	owner := naming.ClusterOwner(cluster, cc)
-	if !owner.Valid() {
-		// Deleted before CAPCT ever recorded an ID: it made nothing.
-		controllerutil.RemoveFinalizer(cc, infrav1.ClusterFinalizer)
-		return ctrl.Result{}, nil
-	}
-	if err := r.lb.Delete(ctx, cluster, cc); err != nil {
-		return ctrl.Result{}, err
-	}
-	// The containers of machines whose deletion gave up on an engine that
-	// did not answer, now that it may.
-	if err := r.removeOrphans(ctx, cluster, cc, now); err != nil {
-		return ctrl.Result{}, err
-	}
-	remaining, err := engines.ListOwned(ctx, r.Engines, cc, owner, nil)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("failed to list the containers of Cluster %s: %w", klog.KObj(cluster), err)
-	}
-	if len(remaining) > 0 {
-		setLoadBalancerCondition(cc, now, metav1.ConditionFalse, infrav1.DeletingReason,
-			fmt.Sprintf("Waiting for %d containers of the cluster to be deleted", len(remaining)))
-		return ctrl.Result{RequeueAfter: deletionPoll}, nil
-	}
-	// An Unmanaged network belongs to someone else and outlives the cluster;
-	// the runtime refuses to delete a Managed one that CAPCT did not create
-	// for this very cluster.
-	if cc.Spec.Network.Mode != infrav1.NetworkUnmanaged {
-		network := naming.NetworkName(cluster, cc)
-		rt, err := engines.FirstEngine(r.Engines, cc)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		err = rt.DeleteNetwork(ctx, network, owner)
-		if container.IsConflict(err) {
-			// A network of that name that this cluster does not own (it
-			// never adopted it, since EnsureNetwork refuses the same way)
-			// stays, and does not hold up the deletion.
-			r.recorder.Eventf(cc, corev1.EventTypeWarning, "NetworkNotOwned", "Left network %s in place: %v", network, err)
-			err = nil
-		}
-		if err != nil && !container.IsNotFound(err) {
-			return ctrl.Result{}, fmt.Errorf("failed to delete network %s of ContainerCluster %s: %w", network, klog.KObj(cc), err)
-		}
-	}
-	if r.PodNetwork != nil {
-		r.PodNetwork.ForgetCluster(cluster)
-	}
-	if r.NodeIPAM != nil {
-		r.NodeIPAM.ForgetCluster(cluster)
-	}
-	controllerutil.RemoveFinalizer(cc, infrav1.ClusterFinalizer)
-	return ctrl.Result{}, nil
 }
 
 // pumpContainerEvents wakes a cluster's ContainerCluster when one of its
