@@ -97,9 +97,11 @@ func TestGenerateProvider(t *testing.T) {
 	if err != nil {
 		t.Fatalf("clusterctl generate provider --infrastructure container: %v", err)
 	}
-	wantVars := []string{"CAPCT_CONTAINER_HOST", "CAPCT_DIAGNOSTICS_ADDRESS", "CAPCT_DOCKER_HOST", "CAPCT_ENGINE",
-		"CAPCT_ENGINE_SOCKET", "CAPCT_INSECURE_DIAGNOSTICS", "CAPCT_LOGLEVEL", "CAPCT_MANAGER_IMAGE",
-		"CAPCT_MANAGER_IMAGE_PULL_POLICY", "EXP_MACHINE_POOL"}
+	wantVars := []string{"CAPCT_ALLOWED_HOST_PATH_PREFIXES", "CAPCT_ALLOWED_IMAGE_PREFIXES", "CAPCT_ALLOWED_UNMANAGED_NETWORKS",
+		"CAPCT_CONTAINER_HOST", "CAPCT_DIAGNOSTICS_ADDRESS", "CAPCT_DOCKER_HOST", "CAPCT_ENGINE",
+		"CAPCT_ENGINE_SOCKET", "CAPCT_INSECURE_DIAGNOSTICS", "CAPCT_LOCAL_ENGINE_ALLOWED_NAMESPACES",
+		"CAPCT_LOCAL_ENGINE_NAMESPACE_SELECTOR", "CAPCT_LOGLEVEL", "CAPCT_MANAGER_IMAGE",
+		"CAPCT_MANAGER_IMAGE_PULL_POLICY", "CAPCT_MAX_MACHINES_PER_CLUSTER", "EXP_MACHINE_POOL"}
 	if got := sorted(components.Variables()); !slices.Equal(got, wantVars) {
 		t.Errorf("provider variables = %v, want %v", got, wantVars)
 	}
@@ -323,6 +325,14 @@ func checkRendered(t *testing.T, flavor string, objs []unstructured.Unstructured
 			spec, _, _ = unstructured.NestedMap(o.Object, "spec", "template", "spec")
 		case "KubeadmConfig":
 			spec, _, _ = unstructured.NestedMap(o.Object, "spec")
+		case "ContainerCluster":
+			// Unset, CAPCT derives the network's name from the namespace
+			// and the cluster with a hash (internal/naming); a default
+			// joined from the two would collide across namespaces.
+			if name, ok, _ := unstructured.NestedString(o.Object, "spec", "network", "name"); !ok || name != "" {
+				t.Errorf("%s spec.network.name = %q, want it empty so that CAPCT derives it", o.GetName(), name)
+			}
+			continue
 		case "ContainerMachineTemplate":
 			if img, ok, _ := unstructured.NestedString(o.Object, "spec", "template", "spec", "image"); ok {
 				images++
