@@ -48,6 +48,18 @@ test-quickstart: ## The whole quickstart non-interactively: up, scale MD 2->3 an
 # check Docker's own flags and its default bridge (docs/runtime.md).
 PODMAN_GO_TESTS ?= ^(TestSuite|TestExecLargeBinaryStdinRoundTrips|TestExecTimeoutIsPrompt|TestExecStderrIsBounded|TestExecTimeoutNamesNoScript|TestOutOfBandRemovalIsAnEventWithin2s|TestParallelCreatesGetDistinctAddresses|TestDualStackNetwork|TestFilesOnTmpfsAreVisibleInside|TestExtraMountsBindExistingHostPathsOnly)$$
 
+# The Kubernetes releases make test-versions proves, one after another; each
+# needs its node image, which the run builds (docs/versions.md).
+TEST_VERSIONS ?= $(KUBERNETES_VERSION)
+
+.PHONY: test-versions
+test-versions: ## For each of TEST_VERSIONS (default: the pinned one): its node image, a cluster of 1 control plane, 1 MachineDeployment and 1 MachinePool worker, pod and Service traffic, deletion with nothing left
+	for v in $(TEST_VERSIONS); do \
+		echo "test-versions: Kubernetes $$v" >&2; \
+		KUBERNETES_VERSION=$$v QUICKSTART_VERSION=$(QUICKSTART_VERSION) QUICKSTART_WORKERS=1 MGMT_NAME=capct-vstest \
+			QUICKSTART_CLUSTER=vstest QUICKSTART_OUT=$(CURDIR)/out/versions-test/$$v hack/quickstart/quickstart.sh smoke || exit 1; \
+	done
+
 .PHONY: test-podman
 test-podman: ## Podman as the engine: the runtime behaviour suite against rootful Podman, then a quickstart cluster of 1+1+1 nodes on it with traffic proven, and down
 	hack/ensure-podman.sh

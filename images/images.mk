@@ -6,18 +6,19 @@
 IMAGES_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 IMAGES_ROOT := $(abspath $(IMAGES_DIR)/..)
 
-# The Kubernetes version must equal the k8s.io/kubernetes pin of
-# hack/tools/kubernetes/go.mod: the binaries are built from that module.
-NODE_KUBERNETES_VERSION ?= v1.35.4
-NODE_IMAGE ?= capct/node:$(NODE_KUBERNETES_VERSION)
+# Any k8s.io/kubernetes release the Go module proxy serves
+# (make node-image KUBERNETES_VERSION=v1.36.3); by default the pin of
+# hack/tools/kubernetes/go.mod, the version the tests run.
+KUBERNETES_VERSION ?= $(shell awk '$$1 == "k8s.io/kubernetes" && $$2 ~ /^v/ { print $$2; exit }' $(IMAGES_ROOT)/hack/tools/kubernetes/go.mod)
+NODE_IMAGE ?= capct/node:$(KUBERNETES_VERSION)
 # Empty: capct/haproxy:<major.minor of Debian's haproxy>, e.g. capct/haproxy:2.6
 LB_IMAGE ?=
 NODE_IMAGE_TEST_TIMEOUT ?= 30m
 
 .PHONY: node-image lb-image test-node-image
 
-node-image: ## Build the node image capct/node:<kubernetes version> from source, offline (images/node)
-	KUBERNETES_VERSION=$(NODE_KUBERNETES_VERSION) NODE_IMAGE=$(NODE_IMAGE) \
+node-image: ## Build the node image capct/node:<KUBERNETES_VERSION> from source, offline, for any Kubernetes release the module proxy serves (images/node)
+	KUBERNETES_VERSION=$(KUBERNETES_VERSION) NODE_IMAGE=$(NODE_IMAGE) \
 		$(IMAGES_ROOT)/images/node/build.sh
 
 lb-image: ## Build the load-balancer image capct/haproxy:<haproxy version>, offline (images/haproxy)

@@ -211,7 +211,7 @@ func kubernetesVersion() string {
 			return v
 		}
 	}
-	if v := os.Getenv("NODE_KUBERNETES_VERSION"); v != "" {
+	if v := os.Getenv("KUBERNETES_VERSION"); v != "" {
 		return v
 	}
 	return "v1.35.4"
