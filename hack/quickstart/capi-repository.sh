@@ -119,7 +119,7 @@ EXP_MACHINE_POOL: "true"
 # The workload clusters' defaults: the offline node and LB images
 # (make node-image / make lb-image), never an image from a registry.
 KUBERNETES_VERSION: ${KUBERNETES_VERSION:-v1.35.4}
-CAPCT_NODE_IMAGE: ${NODE_IMAGE:-capct/node:v1.35.4}
+CAPCT_NODE_IMAGE: ${NODE_IMAGE:-capct/node:${KUBERNETES_VERSION:-v1.35.4}}
 CAPCT_LB_IMAGE: ${LB_IMAGE:-capct/haproxy:2.6}
 $(engine_settings)
 CLUSTER_TOPOLOGY: "true"
