@@ -67,7 +67,7 @@ verify: generate ## Fail when generated files are stale, code is not gofmt'd, go
 ## Test
 
 .PHONY: test
-test: ## Run every test: unit, envtest, Docker, fuzz, the node images, the whole quickstart, an engine restart, a scale-out on real nodes, Cluster API's QuickStart and MachinePool e2e specs, a cluster on Podman, and a second engine over TCP+TLS (sets up Docker, Podman and envtest itself)
+test: ## Run every test: unit, envtest, Docker, fuzz, the node images, the whole quickstart, an engine restart, a scale-out on real nodes, Cluster API's QuickStart, MachinePool and upgrade e2e specs, a cluster on Podman, and a second engine over TCP+TLS (sets up Docker, Podman and envtest itself)
 	$(MAKE) verify
 	$(MAKE) test-go
 	$(MAKE) test-fuzz

@@ -48,6 +48,7 @@ run() {
   $skip_cleanup || remove_on_failure=true
   start_memory_sampler
   prerequisites
+  upgrade_image
   controller_images
   step "management cluster"
   LOG_NAME=mgmt-cluster "$here/mgmt-cluster.sh" up
@@ -89,6 +90,19 @@ run() {
     failures
     die "the e2e specs failed (exit $rc); see $artifacts"
   fi
+}
+
+# upgrade_image builds the node image of the version the upgrade spec
+# upgrades to (the config's KUBERNETES_VERSION_UPGRADE_TO), when the spec
+# runs: workload nodes run images of the host's engine, which nothing pulls.
+upgrade_image() {
+  [[ -z "$labels" || "$labels" == *cluster-upgrade* ]] || return 0
+  local to
+  to=$(sed -nE 's/^  KUBERNETES_VERSION_UPGRADE_TO: "?([^"]*)"?$/\1/p' "$suite/config/container.yaml")
+  [[ -n "$to" ]] || die "test/e2e/config/container.yaml has no KUBERNETES_VERSION_UPGRADE_TO"
+  step "node image $to for the upgrade spec"
+  KUBERNETES_VERSION=$to NODE_IMAGE=capct/node:$to "$QS_ROOT/images/node/build.sh" >/dev/null
+  end_step
 }
 
 # failures prints what each failed spec's assertion said, last, where a CI

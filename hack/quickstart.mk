@@ -103,13 +103,14 @@ bench-capd: ## CAPCT against CAPD side by side, ABAB (ROUNDS=3): create, Machine
 # E2E_LABELS: a ginkgo label filter over the specs; empty runs every one
 # (docs/e2e.md lists the labels).
 E2E_LABELS ?=
-# What `make test` runs of them: enough to prove the wiring within CI's time.
-E2E_TEST_SUBSET ?= quick-start || machine-pool
+# What `make test` runs of them: the wiring, MachinePools, and one
+# Kubernetes upgrade on real nodes, within CI's time.
+E2E_TEST_SUBSET ?= quick-start || machine-pool || cluster-upgrade
 
 .PHONY: test-e2e
 test-e2e: ## Cluster API's own e2e specs (test/e2e), every one or E2E_LABELS, on a quickstart-made management cluster, offline; junit in out/e2e/artifacts
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) E2E_LABELS='$(E2E_LABELS)' hack/e2e.sh
 
 .PHONY: test-e2e-subset
-test-e2e-subset: ## The e2e specs `make test` runs: QuickStart with the resilience checks, and MachinePool
+test-e2e-subset: ## The e2e specs `make test` runs: QuickStart with the resilience checks, MachinePool, and the upgrade from v1.35.4 to v1.36.3
 	$(MAKE) test-e2e E2E_LABELS='$(E2E_TEST_SUBSET)'

@@ -167,3 +167,32 @@ sed -e '/^      image: ${CAPCT_NODE_IMAGE/r ../test/e2e/parts/self-hosted-machin
 # ClusterClass as they are (they take their network from CAPCT_NETWORK and
 # CAPCT_NETWORK_MODE like every flavor).
 cp cluster-template-topology.yaml clusterclass-quick-start.yaml "$e2e/"
+
+# ClusterUpgradeConformanceSpec (flavor "upgrades"): the topology flavor
+# with a MachinePool beside the MachineDeployment, so that an upgrade of the
+# topology's version rolls the control plane, the MachineDeployment and the
+# MachinePool (test/e2e/cluster_upgrade_test.go).
+upgrades=$e2e/cluster-template-upgrades.yaml
+{
+  echo "# Flavor \"upgrades\" for Cluster API's ClusterUpgradeConformanceSpec: the"
+  echo "# topology flavor with a MachinePool beside the MachineDeployment, and the"
+  echo "# etcd and CoreDNS tags the spec sets when it upgrades the version."
+  echo "# Generated from templates/cluster-template-topology.yaml by"
+  echo "# hack/templates.sh."
+  # shellcheck disable=SC2016 # clusterctl variables in the template, matched and written as text
+  sed -e '/^        replicas: ${WORKER_MACHINE_COUNT}$/a\
+      machinePools:\
+      - class: default-worker\
+        name: mp-0\
+        replicas: ${WORKER_MACHINE_COUNT}' \
+    -e '/^    variables:$/a\
+    # Empty until the spec upgrades the topology and sets them to the tags\
+    # the new version preloads (ETCD_VERSION_UPGRADE_TO and\
+    # COREDNS_VERSION_UPGRADE_TO of the e2e config).\
+    - name: etcdImageTag\
+      value: ""\
+    - name: coreDNSImageTag\
+      value: ""' cluster-template-topology.yaml
+} > "$upgrades"
+grep -q '^      machinePools:$' "$upgrades" ||
+  { echo "templates.sh: cluster-template-topology.yaml has no '        replicas: \${WORKER_MACHINE_COUNT}' line to add a MachinePool after" >&2; exit 1; }

@@ -1,0 +1,35 @@
+//go:build e2e
+
+package e2e
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	"k8s.io/utils/ptr"
+	capie2e "sigs.k8s.io/cluster-api/test/e2e"
+)
+
+// A Kubernetes upgrade through Cluster API on real nodes: a ClusterClass
+// cluster of 1 control plane, 1 MachineDeployment worker and 1 MachinePool
+// worker on KUBERNETES_VERSION_UPGRADE_FROM, its topology's version then
+// moved to KUBERNETES_VERSION_UPGRADE_TO. The control plane, the
+// MachineDeployment and the MachinePool roll onto machines of the new
+// version's node image (the ClusterClass derives the image from the
+// version), and every Node must end on it. Conformance is skipped: its
+// image would be pulled, and no registry is reachable here. Both versions'
+// node images must be on the engine (make node-image KUBERNETES_VERSION=...).
+var _ = Describe("When upgrading a workload cluster using ClusterClass", Label("cluster-upgrade"), func() {
+	capie2e.ClusterUpgradeConformanceSpec(ctx, func() capie2e.ClusterUpgradeConformanceSpecInput {
+		return capie2e.ClusterUpgradeConformanceSpecInput{
+			E2EConfig:                e2eConfig,
+			ClusterctlConfigPath:     clusterctlConfigPath,
+			BootstrapClusterProxy:    bootstrapClusterProxy,
+			ArtifactFolder:           artifactFolder,
+			SkipCleanup:              skipCleanup,
+			SkipConformanceTests:     true,
+			InfrastructureProvider:   ptr.To("container"),
+			Flavor:                   ptr.To("upgrades"),
+			ControlPlaneMachineCount: ptr.To[int64](1),
+			WorkerMachineCount:       ptr.To[int64](1),
+		}
+	})
+})
