@@ -13,15 +13,35 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 )
 
+// ContainerClusterKind is the kind a Cluster's spec.infrastructureRef names
+// when CAPCT is its infrastructure provider.
+const ContainerClusterKind = "ContainerCluster"
+
+// InfrastructureName is the name of the ContainerCluster that cluster's
+// spec.infrastructureRef names, and false when it names none: unset, or an
+// object of another kind or API group. A ContainerCluster of the same name
+// in the namespace is then not the cluster's, whatever its owner says.
+func InfrastructureName(cluster *clusterv1.Cluster) (string, bool) {
+	if cluster == nil {
+		return "", false
+	}
+	ref := cluster.Spec.InfrastructureRef
+	if ref.Name == "" || ref.Kind != ContainerClusterKind || ref.APIGroup != infrav1.GroupVersion.Group {
+		return "", false
+	}
+	return ref.Name, true
+}
+
 // ContainerCluster returns the ContainerCluster that cluster's
-// infrastructure reference names, or nil when the reference is empty or the
-// object does not exist (yet, or any more): callers wait for it or, when
-// deleting, carry on without it.
+// infrastructure reference names, or nil when it names none
+// (InfrastructureName) or the object does not exist (yet, or any more):
+// callers wait for it or, when deleting, carry on without it.
 func ContainerCluster(ctx context.Context, reader client.Reader, cluster *clusterv1.Cluster) (*infrav1.ContainerCluster, error) {
-	if cluster == nil || cluster.Spec.InfrastructureRef.Name == "" {
+	name, ok := InfrastructureName(cluster)
+	if !ok {
 		return nil, nil
 	}
-	key := client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.Spec.InfrastructureRef.Name}
+	key := client.ObjectKey{Namespace: cluster.Namespace, Name: name}
 	cc := &infrav1.ContainerCluster{}
 	if err := reader.Get(ctx, key, cc); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/clusters"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/imagecopy"
@@ -593,11 +594,11 @@ func machineChangesCluster() predicate.Funcs {
 // infrastructureRequest is the reconcile of the Cluster's ContainerCluster,
 // if that is its infrastructure.
 func infrastructureRequest(cluster *clusterv1.Cluster) []reconcile.Request {
-	ref := cluster.Spec.InfrastructureRef
-	if ref.Kind != "ContainerCluster" || ref.Name == "" {
+	name, ok := clusters.InfrastructureName(cluster)
+	if !ok {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: cluster.Namespace, Name: ref.Name}}}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: cluster.Namespace, Name: name}}}
 }
 
 func setLoadBalancerCondition(cc *infrav1.ContainerCluster, now time.Time, status metav1.ConditionStatus, reason, message string) {

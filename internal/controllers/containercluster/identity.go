@@ -13,13 +13,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/clusters"
 )
 
 // isClusterInfrastructure reports whether cluster names cc in its
 // spec.infrastructureRef.
 func isClusterInfrastructure(cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) bool {
-	ref := cluster.Spec.InfrastructureRef
-	return ref.APIGroup == infrav1.GroupVersion.Group && ref.Kind == "ContainerCluster" && ref.Name == cc.Name
+	name, ok := clusters.InfrastructureName(cluster)
+	return ok && name == cc.Name
 }
 
 // ensureClusterInfrastructure lets the reconcile of cc go on only when cc is
