@@ -90,8 +90,9 @@ type ClusterEngine struct {
 
 // LoadBalancerSpec configures the control-plane load balancer.
 type LoadBalancerSpec struct {
-	// image of the HAProxy container. Defaults to the kindest/haproxy image
-	// that users of container providers already have.
+	// image of the HAProxy container. Defaults to capct/haproxy:2.6, which
+	// make lb-image builds. CAPCT never pulls: the image must be on the
+	// engine, as kind's kindest/haproxy images are where kind has run.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512

@@ -22,10 +22,9 @@ import (
 )
 
 const (
-	// DefaultImage is the HAProxy image users of container providers
-	// already have. make lb-image builds capct/haproxy for machines with no
-	// registry.
-	DefaultImage = "kindest/haproxy:v20230606-42a2262b"
+	// DefaultImage is the load balancer's image when the ContainerCluster
+	// names none (naming.DefaultLoadBalancerImage).
+	DefaultImage = naming.DefaultLoadBalancerImage
 	// APIServerPort is the port of the API servers and of the frontend.
 	APIServerPort = 6443
 	// maxWeight is HAProxy's weight for a healthy member.

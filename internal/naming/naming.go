@@ -41,6 +41,12 @@ const (
 	// DefaultNodeImageRepository is where CAPCT's node images live; the tag
 	// is the Kubernetes version (make node-image builds capct/node:v1.35.4).
 	DefaultNodeImageRepository = "capct/node"
+	// DefaultLoadBalancerImage is the load balancer's image when a
+	// ContainerCluster names none: the one make lb-image builds (its tag is
+	// Debian bookworm's HAProxy major.minor; test/nodeimage fails when the
+	// build and this name part). A default CAPCT does not build would never
+	// be on the host, since CAPCT never pulls.
+	DefaultLoadBalancerImage = "capct/haproxy:2.6"
 	// networkPrefix starts the default name of a cluster's network.
 	networkPrefix = "capct-"
 	// loadBalancerSuffix ends the readable part of a load balancer's name.

@@ -35,6 +35,7 @@ import (
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
 const testLabel = "io.capct.test=nodeimage"
@@ -469,5 +470,19 @@ func testLB(t *testing.T, lb *haproxy, cp, cpIP string) {
 	}
 	if state := must(t, "inspect", "-f", "{{.State.Running}} {{.RestartCount}}", lb.name); state != "true 0" {
 		t.Fatalf("haproxy state after reload: %s", state)
+	}
+}
+
+// TestTheDefaultLoadBalancerImageIsTheOneBuilt ties CAPCT's default load
+// balancer image (naming.DefaultLoadBalancerImage, what a ContainerCluster
+// that names none runs) to what make lb-image builds by default. CAPCT never
+// pulls, so a default the build does not produce would leave such clusters
+// at ImageNotOnHost.
+func TestTheDefaultLoadBalancerImageIsTheOneBuilt(t *testing.T) {
+	if tag := os.Getenv("LB_IMAGE"); tag != "" {
+		t.Skipf("LB_IMAGE=%s overrides the tag the build derives; run without it to compare the default", tag)
+	}
+	if lbImage != naming.DefaultLoadBalancerImage {
+		t.Fatalf("images/haproxy/build.sh built %s by default, but CAPCT's default load balancer image is %s: change naming.DefaultLoadBalancerImage with the build", lbImage, naming.DefaultLoadBalancerImage)
 	}
 }
