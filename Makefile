@@ -30,9 +30,13 @@ help: ## Show this help
 ## --------------------------------------------------------------------------
 ## Build and generate
 
+# The manager's version, stamped into the binary and logged at start.
+VERSION_STAMP ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+MANAGER_LDFLAGS = -X main.version=$(VERSION_STAMP)
+
 .PHONY: build
-build: ## Build the manager binary into bin/manager
-	CGO_ENABLED=0 go build -o bin/manager .
+build: ## Build the manager binary into bin/manager, its version stamped in (VERSION_STAMP)
+	CGO_ENABLED=0 go build -ldflags "$(MANAGER_LDFLAGS)" -o bin/manager .
 
 $(CONTROLLER_GEN): hack/tools/controller-gen/go.mod
 	mkdir -p $(dir $@)

@@ -17,6 +17,8 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/logs"
 	logsv1 "k8s.io/component-base/logs/api/v1"
+	// Registers --logging-format=json, as Cluster API's managers do.
+	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
@@ -161,6 +163,12 @@ func main() {
 	}
 }
 
+// version is the manager's version, stamped in at build time
+// (-ldflags -X main.version=..., make build and make docker-build: git
+// describe of the tree built). Logged at start, so a log says which code
+// wrote it.
+var version = "unknown"
+
 func run() error {
 	o := &options{logOptions: logs.NewOptions()}
 	fs := pflag.CommandLine
@@ -240,7 +248,7 @@ func run() error {
 	if err := webhooks.SetupWithManager(mgr, &o.policy); err != nil {
 		return err
 	}
-	log.Info("Starting manager", "containerEngine", o.engine, "machinePools", feature.Gates.Enabled(feature.MachinePool),
+	log.Info("Starting manager", "version", version, "containerEngine", o.engine, "machinePools", feature.Gates.Enabled(feature.MachinePool),
 		"allowedHostPathPrefixes", o.policy.HostPathPrefixes, "allowedUnmanagedNetworks", o.policy.AllowedNetworks,
 		"allowedImagePrefixes", o.policy.ImagePrefixes, "maxMachinesPerCluster", o.policy.MaxMachinesPerCluster,
 		"localEngineNamespaces", o.policy.LocalEngineNamespaces)

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-base/logs"
+	logsv1 "k8s.io/component-base/logs/api/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -100,4 +101,22 @@ func TestTheKubeletWaitsForTheManagersGracefulShutdown(t *testing.T) {
 	if grace <= o.gracefulShutdownTimeout {
 		t.Fatalf("terminationGracePeriodSeconds %s does not outlast --graceful-shutdown-timeout %s", grace, o.gracefulShutdownTimeout)
 	}
+}
+
+// TestTheLogFormatsIncludeJSON: --logging-format=json is accepted and
+// applied, as in Cluster API's managers; only text was registered before.
+func TestTheLogFormatsIncludeJSON(t *testing.T) {
+	o := logs.NewOptions()
+	fs := pflag.NewFlagSet("manager", pflag.ContinueOnError)
+	logsv1.AddFlags(o, fs)
+	if err := fs.Parse([]string{"--logging-format=json"}); err != nil {
+		t.Fatalf("--logging-format=json refused: %v", err)
+	}
+	if err := logsv1.ValidateAndApply(o, nil); err != nil {
+		t.Fatalf("the json log format does not apply: %v", err)
+	}
+	t.Cleanup(func() {
+		o := logs.NewOptions()
+		_ = logsv1.ValidateAndApply(o, nil)
+	})
 }

@@ -6,7 +6,7 @@ MANAGER_IMAGE ?= docker.io/capct/manager:$(QUICKSTART_VERSION)
 .PHONY: docker-build
 docker-build: ## Build CAPCT's manager image MANAGER_IMAGE (default docker.io/capct/manager:v0.1.0) FROM scratch
 	hack/ensure-docker.sh
-	CGO_ENABLED=0 go build -trimpath -o bin/manager .
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(MANAGER_LDFLAGS)" -o bin/manager .
 	tar -c Dockerfile bin/manager | DOCKER_BUILDKIT=0 docker build -q -t $(MANAGER_IMAGE) - >/dev/null
 	@echo "built $(MANAGER_IMAGE)"
 
