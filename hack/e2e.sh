@@ -48,7 +48,7 @@ run() {
   $skip_cleanup || remove_on_failure=true
   start_memory_sampler
   prerequisites
-  upgrade_image
+  upgrade_images
   controller_images
   step "management cluster"
   LOG_NAME=mgmt-cluster "$here/mgmt-cluster.sh" up
@@ -92,16 +92,28 @@ run() {
   fi
 }
 
-# upgrade_image builds the node image of the version the upgrade spec
-# upgrades to (the config's KUBERNETES_VERSION_UPGRADE_TO), when the spec
-# runs: workload nodes run images of the host's engine, which nothing pulls.
+# upgrade_images builds the node images the upgrade specs need besides the
+# pinned version's, when they run: the version cluster-upgrade upgrades to
+# (KUBERNETES_VERSION_UPGRADE_TO) and the one cluster-upgrade-previous
+# upgrades from (KUBERNETES_VERSION_PREVIOUS_UPGRADE_FROM). Workload nodes
+# run images of the host's engine, which nothing pulls.
+upgrade_images() {
+  if [[ -z "$labels" || "$labels" =~ (^|[^a-z-])cluster-upgrade([^a-z-]|$) ]]; then
+    upgrade_image KUBERNETES_VERSION_UPGRADE_TO
+  fi
+  if [[ -z "$labels" || "$labels" == *cluster-upgrade-previous* ]]; then
+    upgrade_image KUBERNETES_VERSION_PREVIOUS_UPGRADE_FROM
+  fi
+}
+
+# upgrade_image VARIABLE builds the node image of the version the e2e
+# config's VARIABLE names.
 upgrade_image() {
-  [[ -z "$labels" || "$labels" == *cluster-upgrade* ]] || return 0
-  local to
-  to=$(sed -nE 's/^  KUBERNETES_VERSION_UPGRADE_TO: "?([^"]*)"?$/\1/p' "$suite/config/container.yaml")
-  [[ -n "$to" ]] || die "test/e2e/config/container.yaml has no KUBERNETES_VERSION_UPGRADE_TO"
-  step "node image $to for the upgrade spec"
-  KUBERNETES_VERSION=$to NODE_IMAGE=capct/node:$to "$QS_ROOT/images/node/build.sh" >/dev/null
+  local v
+  v=$(sed -nE "s/^  $1: \"?([^\"]*)\"?$/\\1/p" "$suite/config/container.yaml")
+  [[ -n "$v" ]] || die "test/e2e/config/container.yaml has no $1"
+  step "node image $v for the upgrade specs"
+  KUBERNETES_VERSION=$v NODE_IMAGE=capct/node:$v "$QS_ROOT/images/node/build.sh" >/dev/null
   end_step
 }
 

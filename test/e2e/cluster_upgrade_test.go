@@ -33,3 +33,30 @@ var _ = Describe("When upgrading a workload cluster using ClusterClass", Label("
 		}
 	})
 })
+
+// The same from the previous minor to the pinned version (the config's
+// KUBERNETES_VERSION_PREVIOUS_UPGRADE_FROM to KUBERNETES_VERSION), the
+// upgrade users of the current release make. Cluster API's spec reads its
+// versions from fixed variables, so it runs on a copy of the config with
+// them set.
+var _ = Describe("When upgrading a workload cluster from the previous minor using ClusterClass", Label("cluster-upgrade-previous"), func() {
+	capie2e.ClusterUpgradeConformanceSpec(ctx, func() capie2e.ClusterUpgradeConformanceSpecInput {
+		config := e2eConfig.DeepCopy()
+		config.Variables[capie2e.KubernetesVersionUpgradeFrom] = config.MustGetVariable("KUBERNETES_VERSION_PREVIOUS_UPGRADE_FROM")
+		config.Variables[capie2e.KubernetesVersionUpgradeTo] = config.MustGetVariable(capie2e.KubernetesVersion)
+		config.Variables[capie2e.EtcdVersionUpgradeTo] = config.MustGetVariable("ETCD_VERSION_PREVIOUS_UPGRADE_TO")
+		config.Variables[capie2e.CoreDNSVersionUpgradeTo] = config.MustGetVariable("COREDNS_VERSION_PREVIOUS_UPGRADE_TO")
+		return capie2e.ClusterUpgradeConformanceSpecInput{
+			E2EConfig:                config,
+			ClusterctlConfigPath:     clusterctlConfigPath,
+			BootstrapClusterProxy:    bootstrapClusterProxy,
+			ArtifactFolder:           artifactFolder,
+			SkipCleanup:              skipCleanup,
+			SkipConformanceTests:     true,
+			InfrastructureProvider:   ptr.To("container"),
+			Flavor:                   ptr.To("upgrades"),
+			ControlPlaneMachineCount: ptr.To[int64](1),
+			WorkerMachineCount:       ptr.To[int64](1),
+		}
+	})
+})
