@@ -6,6 +6,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	"k8s.io/utils/ptr"
 	capie2e "sigs.k8s.io/cluster-api/test/e2e"
+	"sigs.k8s.io/cluster-api/test/framework/clusterctl"
 )
 
 // A Kubernetes upgrade through Cluster API on real nodes: a ClusterClass
@@ -19,18 +20,7 @@ import (
 // node images must be on the engine (make node-image KUBERNETES_VERSION=...).
 var _ = Describe("When upgrading a workload cluster using ClusterClass", Label("cluster-upgrade"), func() {
 	capie2e.ClusterUpgradeConformanceSpec(ctx, func() capie2e.ClusterUpgradeConformanceSpecInput {
-		return capie2e.ClusterUpgradeConformanceSpecInput{
-			E2EConfig:                e2eConfig,
-			ClusterctlConfigPath:     clusterctlConfigPath,
-			BootstrapClusterProxy:    bootstrapClusterProxy,
-			ArtifactFolder:           artifactFolder,
-			SkipCleanup:              skipCleanup,
-			SkipConformanceTests:     true,
-			InfrastructureProvider:   ptr.To("container"),
-			Flavor:                   ptr.To("upgrades"),
-			ControlPlaneMachineCount: ptr.To[int64](1),
-			WorkerMachineCount:       ptr.To[int64](1),
-		}
+		return upgradeInput(e2eConfig)
 	})
 })
 
@@ -46,17 +36,24 @@ var _ = Describe("When upgrading a workload cluster from the previous minor usin
 		config.Variables[capie2e.KubernetesVersionUpgradeTo] = config.MustGetVariable(capie2e.KubernetesVersion)
 		config.Variables[capie2e.EtcdVersionUpgradeTo] = config.MustGetVariable("ETCD_VERSION_PREVIOUS_UPGRADE_TO")
 		config.Variables[capie2e.CoreDNSVersionUpgradeTo] = config.MustGetVariable("COREDNS_VERSION_PREVIOUS_UPGRADE_TO")
-		return capie2e.ClusterUpgradeConformanceSpecInput{
-			E2EConfig:                config,
-			ClusterctlConfigPath:     clusterctlConfigPath,
-			BootstrapClusterProxy:    bootstrapClusterProxy,
-			ArtifactFolder:           artifactFolder,
-			SkipCleanup:              skipCleanup,
-			SkipConformanceTests:     true,
-			InfrastructureProvider:   ptr.To("container"),
-			Flavor:                   ptr.To("upgrades"),
-			ControlPlaneMachineCount: ptr.To[int64](1),
-			WorkerMachineCount:       ptr.To[int64](1),
-		}
+		return upgradeInput(config)
 	})
 })
+
+// upgradeInput is both upgrade specs' input: the ClusterClass flavor
+// upgrades with 1 control plane, 1 MachineDeployment and 1 MachinePool
+// worker, conformance skipped, the versions taken from config.
+func upgradeInput(config *clusterctl.E2EConfig) capie2e.ClusterUpgradeConformanceSpecInput {
+	return capie2e.ClusterUpgradeConformanceSpecInput{
+		E2EConfig:                config,
+		ClusterctlConfigPath:     clusterctlConfigPath,
+		BootstrapClusterProxy:    bootstrapClusterProxy,
+		ArtifactFolder:           artifactFolder,
+		SkipCleanup:              skipCleanup,
+		SkipConformanceTests:     true,
+		InfrastructureProvider:   ptr.To("container"),
+		Flavor:                   ptr.To("upgrades"),
+		ControlPlaneMachineCount: ptr.To[int64](1),
+		WorkerMachineCount:       ptr.To[int64](1),
+	}
+}
