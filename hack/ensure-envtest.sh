@@ -11,8 +11,9 @@ set -euo pipefail
 log_name=ensure-envtest
 # shellcheck source=hack/lib.sh
 source "$(dirname "$0")/lib.sh"
-kube_version=v1.35.4
-etcd_version=v3.6.16
+# The same pin the node image builds by default (hack/tools/kubernetes).
+kube_version=$(tool_version kubernetes k8s.io/kubernetes)
+etcd_version=$(tool_version etcd go.etcd.io/etcd/server/v3)
 assets="$CAPCT_CACHE_DIR/envtest/kube-${kube_version}-etcd-${etcd_version}"
 
 if [[ -x "$assets/kube-apiserver" && -x "$assets/etcd" ]]; then

@@ -18,7 +18,8 @@
 #
 # Environment (and images/lib.sh's):
 #   KUBERNETES_VERSION  any k8s.io/kubernetes release the Go module proxy
-#                       serves (default: hack/tools/kubernetes/go.mod's pin)
+#                       serves of a minor internal/kubeversion knows
+#                       (default: hack/tools/kubernetes/go.mod's pin)
 #   NODE_IMAGE          the tag to produce
 #   KIND_VERSION        sigs.k8s.io/kind module whose node boot files are used (v0.33.0)
 set -euo pipefail
@@ -40,6 +41,17 @@ KUBERNETES_VERSION=${KUBERNETES_VERSION:-$pinned_kube}
 [[ "$KUBERNETES_VERSION" =~ ^v1\.[0-9]+\.[0-9]+$ ]] ||
   die "KUBERNETES_VERSION=$KUBERNETES_VERSION is not a Kubernetes release such as $pinned_kube"
 
+# What differs between Kubernetes releases (the images kubeadm runs, the
+# pause image, the minor) is internal/kubeversion's, which hack/kubeversion
+# prints; it refuses a minor its table has no row for. Once the binaries are
+# built, their kubeadm checks it (see "control-plane images").
+kubeversion() { (cd "$root" && go run ./hack/kubeversion "$@"); }
+kube_minor=$(kubeversion minor "$KUBERNETES_VERSION") ||
+  die "internal/kubeversion does not know KUBERNETES_VERSION=$KUBERNETES_VERSION (above)"
+kube_images_list=$(kubeversion images "$KUBERNETES_VERSION") || die "hack/kubeversion images $KUBERNETES_VERSION failed"
+mapfile -t kube_images <<<"$kube_images_list"
+pause_image=$(kubeversion pause-image "$KUBERNETES_VERSION") || die "hack/kubeversion pause-image $KUBERNETES_VERSION failed"
+
 kube_binaries=(kubelet kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
 
 # kube_module VERSION: prints the folder of a Go module that builds
@@ -53,7 +65,7 @@ kube_binaries=(kubelet kubeadm kubectl kube-apiserver kube-controller-manager ku
 # go and godebug lines are k8s.io/kubernetes's own, so that the binaries
 # behave as upstream's.
 kube_module() {
-  local v=$1 dir gomod m pkgs=()
+  local v=$1 dir gomod m staging pkgs=()
   if [[ "$v" == "$pinned_kube" ]]; then
     echo "$CAPCT_TOOLS/kubernetes"
     return
@@ -62,6 +74,7 @@ kube_module() {
   if [[ ! -f "$dir/.done" ]]; then
     log "module graph of k8s.io/kubernetes $v (through the Go module proxy, about 30 s)"
     rm -rf "$dir"; mkdir -p "$dir"
+    staging=$(kubeversion staging "$v") || die "hack/kubeversion staging $v failed"
     gomod=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@$v" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
     [[ -s "$gomod" ]] || die "the Go module proxy does not serve k8s.io/kubernetes $v"
     {
@@ -73,7 +86,7 @@ kube_module() {
       echo "require k8s.io/kubernetes $v"
       echo
       sed -nE 's#^[[:space:]]*(replace[[:space:]]+)?(k8s\.io/[a-z0-9-]+) => \./staging/.*#\2#p' "$gomod" |
-        while read -r m; do echo "replace $m => $m v0.${v#v1.}"; done
+        while read -r m; do echo "replace $m => $m $staging"; done
     } > "$dir/go.mod"
     for m in "${kube_binaries[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$m@$v"); done
     (cd "$dir" && go get "${pkgs[@]}" 2>&1 | tail -1 >&2) || die "go get of Kubernetes $v's commands failed"
@@ -108,13 +121,12 @@ proxy_packages=(iptables conntrack kmod ipset)
 # images FROM scratch for the control plane's
 # ---------------------------------------------------------------------------
 kube_ldflags() {
-  local v=$KUBERNETES_VERSION minor commit date p flags="-s -w"
-  minor=${v#v1.}; minor=${minor%%.*}
+  local v=$KUBERNETES_VERSION commit date p flags="-s -w"
   # a stable stand-in for the git commit: the module graph that was built
   commit=$(cat "$kube_tools/go.mod" "$kube_tools/go.sum" | sha1sum | cut -c1-40)
   date=$(cd "$kube_tools" && go list -m -f '{{.Time}}' k8s.io/kubernetes | sed -E 's/ \+0000 UTC$//; s/ /T/; s/$/Z/')
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    flags+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    flags+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$kube_minor -X $p.gitTreeState=clean"
     flags+=" -X $p.gitCommit=$commit -X $p.buildDate=$date"
   done
   echo "$flags"
@@ -166,6 +178,7 @@ build_node() {
   # everything the final image depends on, for the fast path
   inputs=$( {
     echo "$KUBERNETES_VERSION $containerd_version $etcd_version $coredns_version $go_version $suite $mirror $node_image $kind_version"
+    printf '%s\n' "${kube_images[@]}"
     printf '%s\n' "${node_packages[@]}" "${proxy_packages[@]}"
     cat "$0" "${image_libs[@]}" "$here/Dockerfile" "$here/files/containerd-config.toml" "$here/files/kube-proxy-wrapper"
     cat "$pause_dir/build.sh" "$pause_dir/Dockerfile"
@@ -225,10 +238,19 @@ build_node() {
   [[ -n "$node_rootfs" && -n "$proxy_rootfs" ]] || die "no rootfs image"
 
   step "control-plane images"
-  # the tags kubeadm will look for
+  # The tags kubeadm will look for: internal/kubeversion's list, which this
+  # version's kubeadm must agree with, or the node would pull (and fail).
+  local kubeadm_images ours theirs
+  kubeadm_images=$("$kbin/kubeadm" config images list --kubernetes-version "$KUBERNETES_VERSION" 2>/dev/null) ||
+    die "kubeadm $KUBERNETES_VERSION config images list failed"
+  ours=$(printf '%s\n' "${kube_images[@]}" | sort)
+  theirs=$(sort <<<"$kubeadm_images")
+  if [[ "$ours" != "$theirs" ]]; then
+    die "internal/kubeversion disagrees with kubeadm $KUBERNETES_VERSION: it lists $(comm -23 <(echo "$ours") <(echo "$theirs") | paste -sd' '), kubeadm $(comm -13 <(echo "$ours") <(echo "$theirs") | paste -sd' ') — update its table"
+  fi
   local -A want=()
   local img
-  while read -r img; do
+  for img in "${kube_images[@]}"; do
     [[ -n "$img" ]] || continue
     case "$img" in
       */kube-apiserver:*) want[kube-apiserver]=$img ;;
@@ -238,10 +260,11 @@ build_node() {
       */etcd:*) want[etcd]=$img ;;
       */pause:*) want[pause]=$img ;;
       */coredns:*) want[coredns]=$img ;;
-      *) die "unexpected image from kubeadm: $img" ;;
+      *) die "unexpected image from internal/kubeversion: $img" ;;
     esac
-  done < <("$kbin/kubeadm" config images list --kubernetes-version "$KUBERNETES_VERSION" 2>/dev/null)
-  [[ ${#want[@]} -eq 7 ]] || die "kubeadm listed ${#want[@]} images, expected 7"
+  done
+  [[ ${#want[@]} -eq 7 && "${want[pause]}" == "$pause_image" ]] ||
+    die "internal/kubeversion listed ${#want[@]} images (expected 7) or a pause image other than $pause_image"
   local images_key images_tar
   images_key=$( {
     printf '%s\n' "${want[@]}" | sort
@@ -277,10 +300,11 @@ build_node() {
   for b in kubelet kubeadm kubectl; do ln "$kbin/$b" "$ctx/bin/$b" 2>/dev/null || cp "$kbin/$b" "$ctx/bin/$b"; done
   cp "$containerd_bin"/* "$ctx/containerd/"
   rm -rf "$containerd_bin"
-  # The pod sandbox is the pause image this version's kubeadm lists, the
-  # one preloaded; containerd would pull any other.
-  sed -E "s|^([[:space:]]*sandbox_image = ).*|\1\"${want[pause]}\"|" "$here"/files/containerd-config.toml > "$ctx/etc/containerd-config.toml"
-  grep -qF "sandbox_image = \"${want[pause]}\"" "$ctx/etc/containerd-config.toml" || die "containerd-config.toml has no sandbox_image to set"
+  # The pod sandbox is the pause image of this version (internal/kubeversion,
+  # checked against kubeadm above), the one preloaded; containerd would pull
+  # any other.
+  sed -E "s|^([[:space:]]*sandbox_image = ).*|\1\"$pause_image\"|" "$here"/files/containerd-config.toml > "$ctx/etc/containerd-config.toml"
+  grep -qF "sandbox_image = \"$pause_image\"" "$ctx/etc/containerd-config.toml" || die "containerd-config.toml has no sandbox_image to set"
   ln "$images_tar" "$ctx/containerd-images.tar" 2>/dev/null || cp "$images_tar" "$ctx/containerd-images.tar"
   sed -e "s|@ROOTFS@|$node_rootfs|" -e "s|@INPUTS@|$inputs|" \
     -e "s|@KUBERNETES_VERSION@|$KUBERNETES_VERSION|" "$here/Dockerfile" > "$ctx/Dockerfile"
