@@ -9,8 +9,8 @@
 # host's open-files limit needs (internal/loadbalancer/haproxy.go says why).
 #
 # CAPD's Nodes need a CNI configuration to go Ready, which CAPCT's node IPAM
-# and pod network give its own: every KubeadmConfig gets hack/quickstart/bridge-cni.sh
-# as a file (base64, which clusterctl leaves alone), started after kubeadm, which writes a bridge configuration for
+# and pod network give its own: every KubeadmConfig gets hack/quickstart/node-cni.sh
+# as a file (base64, which clusterctl leaves alone), started after kubeadm, which writes a ptp configuration for
 # the Node's pod CIDR; the pod CIDRs come from kube-controller-manager, so
 # CAPCT's allocate-node-cidrs=false is dropped here.
 set -euo pipefail
@@ -79,7 +79,7 @@ data:
       {{- end }}
 YAML
 # CAPCT's control plane and workers, provider-id dropped, kinds swapped,
-# the bridge CNI configuration added. yq prints no separator before its
+# the node CNI configuration added. yq prints no separator before its
 # first document.
 echo ---
 # shellcheck disable=SC2016 # $script is yq's variable, not the shell's
@@ -90,15 +90,15 @@ cat "$parts/control-plane.yaml" "$parts/machinedeployment.yaml" "$parts/machinep
     -e 's|ContainerMachinePool|DockerMachinePool|' \
     -e 's|^\(    \)\{0,1\}      image: \(.*\)$|\1      customImage: \2|' \
     -e 's|^    image: \(.*\)$|    customImage: \1|' |
-  yq -y --rawfile script "$(dirname "$0")/../quickstart/bridge-cni.sh" '
-    def bridge_cni:
-      .files += [{path: "/usr/local/bin/bench-bridge-cni", owner: "root:root", permissions: "0755", encoding: "base64", content: ($script | @base64)}]
-      | .postKubeadmCommands += ["systemd-run --unit bench-bridge-cni --collect /usr/local/bin/bench-bridge-cni"];
+  yq -y --rawfile script "$(dirname "$0")/../quickstart/node-cni.sh" '
+    def node_cni:
+      .files += [{path: "/usr/local/bin/bench-node-cni", owner: "root:root", permissions: "0755", encoding: "base64", content: ($script | @base64)}]
+      | .postKubeadmCommands += ["systemd-run --unit bench-node-cni --collect /usr/local/bin/bench-node-cni"];
     if .kind == "KubeadmControlPlane" then
-      .spec.kubeadmConfigSpec |= bridge_cni
+      .spec.kubeadmConfigSpec |= node_cni
       | .spec.kubeadmConfigSpec.clusterConfiguration.controllerManager.extraArgs |= map(select(.name != "allocate-node-cidrs"))
       | if (.spec.kubeadmConfigSpec.clusterConfiguration.controllerManager.extraArgs | length) == 0
         then del(.spec.kubeadmConfigSpec.clusterConfiguration.controllerManager) else . end
-    elif .kind == "KubeadmConfigTemplate" then .spec.template.spec |= bridge_cni
-    elif .kind == "KubeadmConfig" then .spec |= bridge_cni
+    elif .kind == "KubeadmConfigTemplate" then .spec.template.spec |= node_cni
+    elif .kind == "KubeadmConfig" then .spec |= node_cni
     else . end'

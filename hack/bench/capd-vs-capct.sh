@@ -7,7 +7,7 @@
 # same cluster: 1 KubeadmControlPlane machine, 2 MachineDeployment workers and
 # an empty MachinePool, the same node image (capct/node), the same kubeadm
 # settings (templates/parts; CAPD's template: hack/bench/capd-cluster.sh,
-# whose nodes get a bridge CNI configuration from hack/quickstart/bridge-cni.sh),
+# whose nodes get a ptp CNI configuration from hack/quickstart/node-cni.sh),
 # the same LB image (capct/haproxy), all on the Docker network "kind" that
 # CAPD always uses (CAPCT joins it as an Unmanaged network).
 #

@@ -18,7 +18,7 @@
 # The node: container and hostname capct-mgmt on its own bridge network
 # capct-mgmt, everything labelled io.x-k8s.capct.quickstart=<name>, the API
 # server published on 127.0.0.1:<MGMT_API_PORT, default the first free port
-# from 26443>; kubeadm settings of docs/node-image.md; a bridge CNI conflist
+# from 26443>; kubeadm settings of docs/node-image.md; a ptp CNI conflist
 # for its pod CIDR 10.244.0.0/24 (podSubnet 10.244.0.0/16); the
 # control-plane taint removed so that the controllers schedule on it.
 #
@@ -369,7 +369,7 @@ kind: KubeProxyConfiguration
 conntrack:
   maxPerCore: 0
 YAML
-  docker exec -i "$node" sh -s 10.244.0.0/24 <"$QS_ROOT/hack/quickstart/bridge-cni.sh"
+  docker exec -i "$node" sh -s 10.244.0.0/24 <"$QS_ROOT/hack/quickstart/node-cni.sh"
   local out
   if ! out=$(docker exec "$node" kubeadm init --config=/kind/kubeadm.conf --skip-token-print --v=1 2>&1); then
     echo "$out" | tail -40 >&2

@@ -9,14 +9,29 @@ import (
 // CNI configuration written into every node container.
 const (
 	// CNIConfigPath is where the node's CNI configuration is written; the
-	// node image's containerd reads /etc/cni/net.d and runs the plugins of
-	// Debian's containernetworking-plugins from /opt/cni/bin.
+	// node image's containerd reads /etc/cni/net.d and runs the plugins in
+	// /opt/cni/bin.
 	CNIConfigPath = "/etc/cni/net.d/10-capct.conflist"
-	// CNINetworkName is the name of the CNI network.
+	// CNINetworkName is the name of the CNI network. host-local keeps its
+	// allocations in a folder named after it, and CAPCT's earlier
+	// configuration (a bridge plugin, bridge capct0) used the same name
+	// and IPAM: a node that runs pods on that configuration when the
+	// manager rewrites it to ptp keeps allocating from the same state, so
+	// its new pods never get an address a bridge pod still holds, and the
+	// DEL of a bridge pod (run with the new configuration) releases its
+	// address there. Changing the name would lose both. legacyBridge
+	// says how the two kinds of pods reach each other meanwhile.
 	CNINetworkName = "capct"
-	// BridgeName is the Linux bridge the bridge plugin creates on each node.
-	BridgeName = "capct0"
 )
+
+// NodeCNIPlugins returns the CNI plugins a node image must have in
+// /opt/cni/bin, sorted: those of CNIConfig (ptp, host-local, portmap) and
+// loopback, which containerd's CRI runs to bring up each pod's lo. They are
+// exactly what kind's node images (kindest/node) ship, so a cluster can run
+// on those as well as on CAPCT's own node image, which ships only these.
+func NodeCNIPlugins() []string {
+	return []string{"host-local", "loopback", "portmap", "ptp"}
+}
 
 type cniConfList struct {
 	CNIVersion string `json:"cniVersion"`
@@ -24,14 +39,11 @@ type cniConfList struct {
 	Plugins    []any  `json:"plugins"`
 }
 
-type bridgePlugin struct {
-	Type        string   `json:"type"`
-	Bridge      string   `json:"bridge"`
-	MTU         int      `json:"mtu,omitempty"`
-	IsGateway   bool     `json:"isGateway"`
-	IPMasq      bool     `json:"ipMasq"`
-	HairpinMode bool     `json:"hairpinMode"`
-	IPAM        hostIPAM `json:"ipam"`
+type ptpPlugin struct {
+	Type   string   `json:"type"`
+	MTU    int      `json:"mtu,omitempty"`
+	IPMasq bool     `json:"ipMasq"`
+	IPAM   hostIPAM `json:"ipam"`
 }
 
 type hostIPAM struct {
@@ -50,13 +62,23 @@ type portmapPlugin struct {
 }
 
 // CNIConfig returns the CNI configuration list of a node whose pod CIDRs
-// are podCIDRs (one per family, primary family first): a bridge with
-// host-local IPAM over exactly those CIDRs, a default route per family
-// through the bridge, and portmap for hostPort. mtu, when not 0, is the
-// pods' MTU: a node on an overlay network carries smaller frames than the
-// bridge's default, and pods that sent larger ones would rely on path MTU
-// discovery, which a datagram without retries does not survive. The output
-// is deterministic, so it can be compared with what the node already has.
+// are podCIDRs (one per family, primary family first): ptp with host-local
+// IPAM over exactly those CIDRs and a default route per family, then
+// portmap for hostPort.
+//
+// ptp gives each pod a veth pair: the pod's end holds its address and
+// routes everything through the range's first address, which the node's
+// end holds as a /32 (/128); the node reaches the pod through a host route
+// ("10.244.0.5 dev vethXXXX scope host"), which carries no gateway, so
+// ParseRoutes ignores it and a sync never touches it. Pods on the same node
+// talk through the node's routing, not a bridge, so no bridge plugin is
+// needed: kind's node images lack it.
+//
+// mtu, when not 0, is the pods' MTU, set on both ends of each veth: a node
+// on an overlay network carries smaller frames than the veth's default of
+// 1500, and pods that sent larger ones would rely on path MTU discovery,
+// which a datagram without retries does not survive. The output is
+// deterministic, so it can be compared with what the node already has.
 func CNIConfig(podCIDRs []netip.Prefix, mtu int) ([]byte, error) {
 	if len(podCIDRs) == 0 {
 		return nil, fmt.Errorf("failed to render the CNI config: no pod CIDRs")
@@ -78,8 +100,8 @@ func CNIConfig(podCIDRs []netip.Prefix, mtu int) ([]byte, error) {
 		Name:       CNINetworkName,
 		Plugins: []any{
 			// No ipMasq: it would masquerade pod-to-pod traffic across
-			// nodes too. MasqueradeCommand programs the narrower rule.
-			bridgePlugin{Type: "bridge", Bridge: BridgeName, MTU: mtu, IsGateway: true, IPMasq: false, HairpinMode: true, IPAM: ipam},
+			// nodes too. ProbeCommand programs the narrower rule.
+			ptpPlugin{Type: "ptp", MTU: mtu, IPMasq: false, IPAM: ipam},
 			portmapPlugin{Type: "portmap", Capabilities: map[string]bool{"portMappings": true}},
 		},
 	}

@@ -1,9 +1,10 @@
 // Package podnetwork is the data path of CAPCT's node IPAM: it makes the
 // pod CIDRs that internal/nodeipam records reachable. For each node
-// container of a cluster it writes the CNI configuration (a bridge with
-// host-local IPAM over the node's own CIDRs), a masquerade rule for what
-// its pods send outside the pod network, and a route to every other node's
-// pod CIDRs through that node's address on the cluster network.
+// container of a cluster it writes the CNI configuration (ptp with
+// host-local IPAM over the node's own CIDRs, then portmap: only plugins
+// that kind's node images ship too), a masquerade rule for what its pods
+// send outside the pod network, and a route to every other node's pod
+// CIDRs through that node's address on the cluster network.
 //
 // The ContainerCluster controller runs the Syncer once per change of the
 // cluster's nodes (a machine's record, a node container that starts, a

@@ -30,7 +30,11 @@ func (r Route) String() string { return r.Dst.String() + " via " + r.Via.String(
 // out of the cluster's pod network, then prints the node's routes. Its
 // arguments are the families to list ("-4", "-6"), "--", then a (tool,
 // source, destination) triple per masquerade rule. A node image without the
-// tool fails here, loudly: its pods could not reach anything outside.
+// tool fails here, loudly: its pods could not reach anything outside. It
+// also turns on proxy ARP on legacyBridge when the node has one
+// (legacyBridge says why); that is best effort, as a node that cannot is
+// no worse off than without it, and failing here would leave the node
+// without routes.
 const probeScript = `fams=
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do fams="$fams $1"; shift; done
 [ $# -gt 0 ] && shift
@@ -43,12 +47,38 @@ while [ $# -ge 3 ]; do
   "$t" -t nat -C POSTROUTING -s "$src" ! -d "$dst" -j MASQUERADE 2>/dev/null ||
     "$t" -t nat -A POSTROUTING -s "$src" ! -d "$dst" -j MASQUERADE || exit 1
 done
+p=/proc/sys/net/ipv4/conf/` + legacyBridge + `/proxy_arp
+[ ! -e "$p" ] || echo 1 2>/dev/null >"$p" || true
 for f in $fams; do ip -o "$f" route show || exit 1; done`
+
+// legacyBridge is the Linux bridge of CAPCT's earlier CNI configuration
+// (the bridge plugin); nodes configured since never have it.
+//
+// A node that ran pods on that configuration when the manager rewrote it
+// to ptp (CNIConfig) runs both kinds of pods until the bridge pods are
+// recreated. Their traffic to and from other nodes keeps working: the
+// bridge's connected route (10.244.0.0/24 dev capct0) still reaches the
+// bridge pods, the ptp pods' host routes are more specific, both kinds
+// leave through the node's routing and the same masquerade rule, and the
+// other nodes route the whole pod CIDR to this node either way. Between the
+// two kinds on the node itself, a ptp pod routes everything through the
+// node, but a bridge pod takes the whole pod CIDR as on-link and asks the
+// bridge for a ptp pod's address, which nothing on the bridge owns, so
+// neither direction gets an answer back. For IPv4, proxy ARP on the bridge
+// makes the node answer for each address it routes out of another
+// interface (the ptp pods', never the bridge pods'), and forward. IPv6 has
+// no such catch-all (proxy NDP takes one entry per address): a bridge pod
+// and a ptp pod on the same node do not reach each other's IPv6 addresses,
+// nor a ptp pod a Service whose endpoint is such a bridge pod, until the
+// bridge pod is recreated (deleted, or its node replaced by a rollout).
+// host-local's state is shared (CNINetworkName), so addresses stay unique
+// throughout.
+const legacyBridge = "capct0"
 
 // ProbeCommand returns the command that makes a node masquerade what its
 // pods send outside the cluster's pod network, and nothing else, and then
-// prints its routes of the cluster's families (for ParseRoutes). The CNI
-// bridge's own ipMasq would also masquerade traffic to other nodes' pods,
+// prints its routes of the cluster's families (for ParseRoutes). The ptp
+// plugin's own ipMasq would also masquerade traffic to other nodes' pods,
 // hiding the source pod's address from them (which breaks network policies
 // and Kubernetes' networking model), so it is off and this rule takes its
 // place. Arguments are passed to the script, never spliced into it.
@@ -182,7 +212,10 @@ var routeTypes = map[string]bool{
 // ParseRoutes returns the routes with a gateway ("via") in the output of
 // `ip -o route show` or `ip -o -6 route show`. Lines it does not
 // understand (default routes, typed routes, multipath) are ignored, so they
-// are never touched.
+// are never touched; so are routes without a gateway, among them the host
+// route ptp gives each of the node's own pods ("10.244.0.5 dev vethXXXX
+// scope host"), which lies inside the cluster's pod network but must never
+// be taken for (or removed as) a route to another node's pod CIDR.
 func ParseRoutes(out string) []Route {
 	var routes []Route
 	for line := range strings.Lines(out) {

@@ -78,6 +78,24 @@ func (r *routeTables) handle(_ context.Context, m container.Machine, _ map[strin
 					fmt.Fprintf(&b, "%s via %s dev eth0 \n", d, via)
 				}
 			}
+			// What ptp leaves for two pods of the node's own pod CIDR
+			// (a masquerade rule's source): routes without a gateway
+			// inside the cluster's pod network, which a sync must leave
+			// alone.
+			for i := 0; i+2 < len(rules); i += 3 {
+				own := pfx(rules[i+1])
+				if own.Addr().Is4() != (f == "-4") {
+					continue
+				}
+				gw := own.Addr().Next()
+				for n, pod := range []netip.Addr{gw.Next().Next(), gw.Next().Next().Next()} {
+					if f == "-4" {
+						fmt.Fprintf(&b, "%s dev veth%d scope host \n", pod, n)
+					} else {
+						fmt.Fprintf(&b, "%s dev veth%d proto kernel metric 256 pref medium\n%s dev veth%d metric 1024 pref medium\n", gw, n, pod, n)
+					}
+				}
+			}
 		}
 		return container.ExecResult{Stdout: []byte(b.String())}, true
 	case applyScript:
@@ -135,8 +153,46 @@ func TestApplyCommand(t *testing.T) {
 	}
 }
 
+// ptpRoutes4 and ptpRoutes6 are what `ip -o -4 route show` and `ip -o -6
+// route show` print on a node whose pod CIDRs are 10.244.0.0/24 and
+// fd00:10:244::/64, after the ptp plugin (Debian's 1.1.1) set up two pods,
+// with a route to another node's pod CIDRs.
+const (
+	ptpRoutes4 = `default via 172.18.0.1 dev eth0 
+10.244.0.4 dev vethcf41d83b scope host 
+10.244.0.5 dev veth3594d182 scope host 
+10.244.1.0/24 via 172.18.0.3 dev eth0 
+172.18.0.0/16 dev eth0 proto kernel scope link src 172.18.0.2 
+`
+	ptpRoutes6 = `fc00::/64 dev eth0 proto kernel metric 256 pref medium
+fd00:10:244::1 dev vethcf41d83b proto kernel metric 256 pref medium
+fd00:10:244::1 dev veth3594d182 proto kernel metric 256 pref medium
+fd00:10:244::4 dev vethcf41d83b metric 1024 pref medium
+fd00:10:244::5 dev veth3594d182 metric 1024 pref medium
+fd00:10:244:1::/64 via fc00::3 dev eth0 metric 1024 pref medium
+fe80::/64 dev vethcf41d83b proto kernel metric 256 pref medium
+fe80::/64 dev eth0 proto kernel metric 256 pref medium
+default via fc00::1 dev eth0 metric 1024 pref medium
+`
+	// A node whose pods ran on CAPCT's earlier bridge configuration
+	// when it got ptp's: the bridge's connected routes stay beside the
+	// ptp pods' host routes.
+	bridgeAndPTPRoutes = `10.244.0.0/24 dev capct0 proto kernel scope link src 10.244.0.1 
+10.244.0.4 dev vethcf41d83b scope host 
+10.244.1.0/24 via 172.18.0.3 dev eth0 
+fd00:10:244::1 dev vethcf41d83b proto kernel metric 256 pref medium
+fd00:10:244::4 dev vethcf41d83b metric 1024 pref medium
+fd00:10:244::/64 dev capct0 proto kernel metric 256 pref medium
+`
+)
+
 func TestParseRoutes(t *testing.T) {
-	out := `default via 172.18.0.1 dev eth0 
+	for _, tc := range []struct {
+		name string
+		out  string
+		want []Route
+	}{
+		{name: "gateway routes among others", out: `default via 172.18.0.1 dev eth0 
 10.244.1.0/24 via 172.18.0.3 dev eth0 
 10.244.0.0/24 dev capct0 proto kernel scope link src 10.244.0.1 
 10.244.9.7 via 172.18.0.9 dev eth0 
@@ -146,15 +202,22 @@ unreachable 10.244.6.0/24 via 1.2.3.4
 fd00:10:244:1::/64 via fc00::3 dev eth0 metric 1024 pref medium
 fd00:10:244:2::/64 via inet6 fc00::4 dev eth0
 garbage
-`
-	want := []Route{
-		{pfx("10.244.1.0/24"), addr("172.18.0.3")},
-		{pfx("10.244.9.7/32"), addr("172.18.0.9")},
-		{pfx("fd00:10:244:1::/64"), addr("fc00::3")},
-		{pfx("fd00:10:244:2::/64"), addr("fc00::4")},
-	}
-	if got := ParseRoutes(out); !reflect.DeepEqual(got, want) {
-		t.Fatalf("got %v\nwant %v", got, want)
+`, want: []Route{
+			{pfx("10.244.1.0/24"), addr("172.18.0.3")},
+			{pfx("10.244.9.7/32"), addr("172.18.0.9")},
+			{pfx("fd00:10:244:1::/64"), addr("fc00::3")},
+			{pfx("fd00:10:244:2::/64"), addr("fc00::4")},
+		}},
+		{name: "ptp pods, IPv4", out: ptpRoutes4, want: []Route{{pfx("10.244.1.0/24"), addr("172.18.0.3")}}},
+		{name: "ptp pods, IPv6", out: ptpRoutes6, want: []Route{{pfx("fd00:10:244:1::/64"), addr("fc00::3")}}},
+		{name: "bridge pods beside ptp pods", out: bridgeAndPTPRoutes, want: []Route{{pfx("10.244.1.0/24"), addr("172.18.0.3")}}},
+		{name: "nothing", out: "", want: nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ParseRoutes(tc.out); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %v\nwant %v", got, tc.want)
+			}
+		})
 	}
 }
 
@@ -188,6 +251,26 @@ func TestDiffRoutes(t *testing.T) {
 			current: []Route{r("10.244.1.0/24", "172.18.0.3")},
 			desired: []Route{r("10.244.1.0/24", "172.18.0.3")},
 		},
+		// The node's own ptp pods' host routes lie inside the cluster's
+		// pod network: they must neither count as a route to the other
+		// node nor go when that node leaves.
+		"ptp pods, the other node stays": {
+			current: ParseRoutes(ptpRoutes4 + ptpRoutes6),
+			desired: []Route{r("10.244.1.0/24", "172.18.0.3"), r("fd00:10:244:1::/64", "fc00::3")},
+		},
+		"ptp pods, a node joins": {
+			current: ParseRoutes(ptpRoutes4 + ptpRoutes6),
+			desired: []Route{r("10.244.1.0/24", "172.18.0.3"), r("10.244.2.0/24", "172.18.0.4"), r("fd00:10:244:1::/64", "fc00::3")},
+			add:     []Route{r("10.244.2.0/24", "172.18.0.4")},
+		},
+		"ptp pods, the other node leaves": {
+			current: ParseRoutes(ptpRoutes4 + ptpRoutes6),
+			del:     []Route{r("10.244.1.0/24", "172.18.0.3"), r("fd00:10:244:1::/64", "fc00::3")},
+		},
+		"bridge pods beside ptp pods, the other node leaves": {
+			current: ParseRoutes(bridgeAndPTPRoutes),
+			del:     []Route{r("10.244.1.0/24", "172.18.0.3")},
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			add, del := DiffRoutes(tc.current, tc.desired, cluster)
@@ -209,6 +292,9 @@ func TestCNIConfig(t *testing.T) {
 		"IPv6":          {[]netip.Prefix{pfx("fd00:10:244:3::/64")}, 0, []string{"fd00:10:244:3::/64"}, []string{"::/0"}},
 		"dual stack":    {[]netip.Prefix{pfx("fd00:10:244:3::/64"), pfx("10.244.3.0/24")}, 0, []string{"fd00:10:244:3::/64", "10.244.3.0/24"}, []string{"::/0", "0.0.0.0/0"}},
 		"on an overlay": {[]netip.Prefix{pfx("10.244.3.0/24")}, 1450, []string{"10.244.3.0/24"}, []string{"0.0.0.0/0"}},
+		"dual stack on an overlay": {[]netip.Prefix{pfx("10.244.3.0/24"), pfx("fd00:10:244:3::/64")}, 1450,
+			[]string{"10.244.3.0/24", "fd00:10:244:3::/64"}, []string{"0.0.0.0/0", "::/0"}},
+		"host bits are masked": {[]netip.Prefix{pfx("10.244.3.7/24")}, 0, []string{"10.244.3.0/24"}, []string{"0.0.0.0/0"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b, err := CNIConfig(tc.cidrs, tc.mtu)
@@ -216,46 +302,65 @@ func TestCNIConfig(t *testing.T) {
 				t.Fatal(err)
 			}
 			var conf struct {
-				CNIVersion string `json:"cniVersion"`
-				Name       string `json:"name"`
-				Plugins    []struct {
-					Type         string          `json:"type"`
-					Bridge       string          `json:"bridge"`
-					MTU          *int            `json:"mtu"`
-					IsGateway    bool            `json:"isGateway"`
-					IPMasq       bool            `json:"ipMasq"`
-					HairpinMode  bool            `json:"hairpinMode"`
-					Capabilities map[string]bool `json:"capabilities"`
-					IPAM         struct {
-						Type   string                `json:"type"`
-						Ranges [][]map[string]string `json:"ranges"`
-						Routes []map[string]string   `json:"routes"`
-					} `json:"ipam"`
-				} `json:"plugins"`
+				CNIVersion string                       `json:"cniVersion"`
+				Name       string                       `json:"name"`
+				Plugins    []map[string]json.RawMessage `json:"plugins"`
 			}
 			if err := json.Unmarshal(b, &conf); err != nil {
 				t.Fatalf("%v\n%s", err, b)
 			}
+			// The network name keys host-local's state: a node rewritten
+			// from CAPCT's earlier configuration keeps its allocations.
 			if conf.CNIVersion != "1.0.0" || conf.Name != "capct" || len(conf.Plugins) != 2 {
 				t.Fatalf("%s", b)
 			}
-			br, pm := conf.Plugins[0], conf.Plugins[1]
-			if br.Type != "bridge" || br.Bridge != "capct0" || !br.IsGateway || br.IPMasq || !br.HairpinMode || br.IPAM.Type != "host-local" {
-				t.Fatalf("bridge plugin: %s", b)
+			var ptp struct {
+				Type   string `json:"type"`
+				MTU    *int   `json:"mtu"`
+				IPMasq *bool  `json:"ipMasq"`
+				IPAM   struct {
+					Type   string                `json:"type"`
+					Ranges [][]map[string]string `json:"ranges"`
+					Routes []map[string]string   `json:"routes"`
+				} `json:"ipam"`
 			}
-			// No mtu at all on a bridge network, so that the nodes of
-			// clusters made before it keep the configuration they have.
-			if tc.mtu == 0 && br.MTU != nil || tc.mtu != 0 && (br.MTU == nil || *br.MTU != tc.mtu) {
-				t.Fatalf("bridge plugin mtu %v, want %d: %s", br.MTU, tc.mtu, b)
+			var pm struct {
+				Type         string          `json:"type"`
+				Capabilities map[string]bool `json:"capabilities"`
+			}
+			if err := json.Unmarshal(mustJSON(t, conf.Plugins[0]), &ptp); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(mustJSON(t, conf.Plugins[1]), &pm); err != nil {
+				t.Fatal(err)
+			}
+			// ptp, and nothing of another plugin's settings (bridge,
+			// isGateway, hairpinMode) that would say it was meant.
+			wantKeys := []string{"ipMasq", "ipam", "type"}
+			if tc.mtu != 0 {
+				wantKeys = []string{"ipMasq", "ipam", "mtu", "type"}
+			}
+			if keys := slices.Sorted(maps.Keys(conf.Plugins[0])); !slices.Equal(keys, wantKeys) {
+				t.Fatalf("first plugin has %v, want %v: %s", keys, wantKeys, b)
+			}
+			// Masquerading is ProbeCommand's narrower rule, never ptp's.
+			if ptp.Type != "ptp" || ptp.IPMasq == nil || *ptp.IPMasq || ptp.IPAM.Type != "host-local" {
+				t.Fatalf("ptp plugin: %s", b)
+			}
+			if tc.mtu != 0 && (ptp.MTU == nil || *ptp.MTU != tc.mtu) {
+				t.Fatalf("ptp plugin mtu %v, want %d: %s", ptp.MTU, tc.mtu, b)
 			}
 			var ranges, routes []string
-			for _, r := range br.IPAM.Ranges {
-				if len(r) != 1 {
-					t.Fatalf("range set %v", r)
+			for _, r := range ptp.IPAM.Ranges {
+				if len(r) != 1 || len(r[0]) != 1 {
+					t.Fatalf("range set %v: one range per family, its subnet only", r)
 				}
 				ranges = append(ranges, r[0]["subnet"])
 			}
-			for _, r := range br.IPAM.Routes {
+			for _, r := range ptp.IPAM.Routes {
+				if len(r) != 1 {
+					t.Fatalf("route %v: a default route through the range's gateway has only dst", r)
+				}
 				routes = append(routes, r["dst"])
 			}
 			if !slices.Equal(ranges, tc.ranges) || !slices.Equal(routes, tc.routes) {
@@ -264,14 +369,41 @@ func TestCNIConfig(t *testing.T) {
 			if pm.Type != "portmap" || !pm.Capabilities["portMappings"] {
 				t.Fatalf("portmap plugin: %s", b)
 			}
+			// Every plugin the configuration runs is one kind's node
+			// images ship.
+			for _, typ := range []string{ptp.Type, ptp.IPAM.Type, pm.Type} {
+				if !slices.Contains(NodeCNIPlugins(), typ) {
+					t.Fatalf("plugin %s is not among %v", typ, NodeCNIPlugins())
+				}
+			}
 			again, _ := CNIConfig(tc.cidrs, tc.mtu)
 			if string(again) != string(b) {
 				t.Fatal("not deterministic")
 			}
 		})
 	}
-	if _, err := CNIConfig(nil, 0); err == nil {
-		t.Fatal("no CIDRs must fail")
+	for name, cidrs := range map[string][]netip.Prefix{"no CIDRs": nil, "an invalid CIDR": {{}}} {
+		if _, err := CNIConfig(cidrs, 0); err == nil {
+			t.Fatalf("%s must fail", name)
+		}
+	}
+}
+
+func mustJSON(t *testing.T, m map[string]json.RawMessage) []byte {
+	t.Helper()
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestNodeCNIPlugins(t *testing.T) {
+	// kind's node images ship exactly these (kind's images/base
+	// Dockerfile); CAPCT's node image must not ship more (test/nodeimage).
+	want := []string{"host-local", "loopback", "portmap", "ptp"}
+	if got := NodeCNIPlugins(); !slices.Equal(got, want) {
+		t.Fatalf("NodeCNIPlugins() = %v, want %v", got, want)
 	}
 }
 

@@ -278,8 +278,8 @@ func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c engines.Owned
 
 // podMTU returns the pods' MTU for cc's nodes: the MTU of the overlay
 // network of a cluster on several engines, read from its first engine once
-// (it never changes), and 0 (the bridge plugin's default) for a cluster on
-// one engine's bridge. The caller holds st.sync.
+// (it never changes), and 0 (ptp's default, a veth's 1500) for a cluster
+// on one engine's bridge network. The caller holds st.sync.
 func (s *Syncer) podMTU(ctx context.Context, st *clusterState, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (int, error) {
 	if st.mtuKnown || len(s.engines.ForCluster(cc)) < 2 {
 		return st.mtu, nil

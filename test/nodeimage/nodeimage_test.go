@@ -36,6 +36,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
+	"github.com/capct/cluster-api-provider-container/internal/podnetwork"
 )
 
 const testLabel = "io.capct.test=nodeimage"
@@ -202,6 +203,11 @@ func runNode(t *testing.T, network, name string) time.Time {
 		_, err := docker("exec", name, "ctr", "-n", "k8s.io", "version")
 		return err
 	})
+	// Only the CNI plugins a kindest/node image has, so that every cluster
+	// here shows CAPCT's pod network needs no other (the image keeps bridge
+	// for older CAPCT releases' nodes).
+	must(t, "exec", name, "sh", "-c", `cd /opt/cni/bin && for f in *; do case " $0 " in *" $f "*) ;; *) rm -f "$f" ;; esac; done`,
+		strings.Join(podnetwork.NodeCNIPlugins(), " "))
 	return started
 }
 
