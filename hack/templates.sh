@@ -53,30 +53,34 @@ insert() {
   ' "$@"
 }
 
+# Every flavor users get has a MachineHealthCheck on each set of machines
+# (parts/mhc-*.yaml, docs/remediation.md); the e2e remediation flavors below
+# bring their own instead.
 flavor cluster-template.yaml \
 "# Default flavor: a KubeadmControlPlane and one MachineDeployment of workers,
-# every machine a container of the node image. Variables: docs/templates.md.
-# Generated from templates/parts by hack/templates.sh; edit the parts." \
-  cluster control-plane machinedeployment
+# every machine a container of the node image, and a MachineHealthCheck on
+# each. Variables: docs/templates.md. Generated from templates/parts by
+# hack/templates.sh; edit the parts." \
+  cluster control-plane machinedeployment mhc-control-plane mhc-machinedeployment
 
 flavor cluster-template-dualstack.yaml \
 "# Flavor \"dualstack\": the default flavor with IPv4 and IPv6 pod and service
 # networks and a dual-stack container network. Variables: docs/templates.md.
 # Generated from templates/parts by hack/templates.sh; edit the parts." \
-  cluster-dualstack control-plane machinedeployment
+  cluster-dualstack control-plane machinedeployment mhc-control-plane mhc-machinedeployment
 
 flavor cluster-template-machinepool.yaml \
 "# Flavor \"machinepool\": workers in a MachinePool backed by a ContainerMachinePool
 # (needs EXP_MACHINE_POOL=true, the default). Variables: docs/templates.md.
 # Generated from templates/parts by hack/templates.sh; edit the parts." \
-  cluster control-plane machinepool
+  cluster control-plane machinepool mhc-control-plane mhc-machinepool
 
 flavor cluster-template-quickstart.yaml \
 "# Flavor \"quickstart\": the default flavor plus a MachinePool, so that one
 # cluster shows both kinds of workers (make quickstart uses it). Variables:
 # docs/templates.md. Generated from templates/parts by hack/templates.sh;
 # edit the parts." \
-  cluster control-plane machinedeployment machinepool
+  cluster control-plane machinedeployment machinepool mhc-control-plane mhc-machinedeployment mhc-machinepool
 
 # Multihost: the default flavor's parts with the ContainerCluster's engines
 # and, for every node, the cluster-network address as the kubelet's node IP
@@ -90,10 +94,14 @@ flavor "$multihost" \
 # network, not the default route's (docs/multihost.md). Variables:
 # docs/templates.md. Generated from templates/parts by hack/templates.sh;
 # edit the parts."
-insert before '^  network:$' multihost-engines parts/cluster.yaml >> "$multihost"
-insert after '^    initConfiguration:$' multihost-init-endpoint parts/control-plane.yaml |
-  insert after '^    joinConfiguration:$' multihost-join-endpoint |
-  insert after '^ *kubeletExtraArgs:$' multihost-node-ip - parts/machinedeployment.yaml >> "$multihost"
+{
+  insert before '^  network:$' multihost-engines parts/cluster.yaml
+  insert after '^    initConfiguration:$' multihost-init-endpoint parts/control-plane.yaml |
+    insert after '^    joinConfiguration:$' multihost-join-endpoint |
+    insert after '^ *kubeletExtraArgs:$' multihost-node-ip - parts/machinedeployment.yaml
+  part mhc-control-plane
+  part mhc-machinedeployment
+} >> "$multihost"
 [[ $(grep -c '^  engines: ' "$multihost") -eq 1 &&
   $(grep -c 'advertiseAddress: "{{ ds.meta_data.local_ipv4 }}"' "$multihost") -eq 2 &&
   $(grep -c 'value: "{{ ds.meta_data.local_ipv4 }}"' "$multihost") -eq 3 ]] ||
@@ -106,22 +114,22 @@ e2e=../test/e2e/data/infrastructure-container
 mkdir -p "$e2e"
 flavor "$e2e/cluster-template.yaml" \
 "# Default flavor for Cluster API's e2e specs (QuickStartSpec): a
-# KubeadmControlPlane and one MachineDeployment. Generated from
-# templates/parts by hack/templates.sh; edit the parts." \
-  cluster control-plane machinedeployment
+# KubeadmControlPlane and one MachineDeployment, and a MachineHealthCheck on
+# each. Generated from templates/parts by hack/templates.sh; edit the parts." \
+  cluster control-plane machinedeployment mhc-control-plane mhc-machinedeployment
 
 flavor "$e2e/cluster-template-machinepool.yaml" \
 "# Flavor \"machinepool\" for Cluster API's e2e specs (MachinePoolSpec):
 # workers in a MachinePool backed by a ContainerMachinePool. Generated from
 # templates/parts by hack/templates.sh; edit the parts." \
-  cluster control-plane machinepool
+  cluster control-plane machinepool mhc-control-plane mhc-machinepool
 
 flavor "$e2e/cluster-template-dualstack.yaml" \
 "# Flavor \"dualstack\" for Cluster API's e2e specs (QuickStartSpec on dual
 # stack): IPv4 and IPv6 pod and service networks on the management
 # cluster's dual-stack network. Generated from templates/parts by
 # hack/templates.sh; edit the parts." \
-  cluster-dualstack control-plane machinedeployment
+  cluster-dualstack control-plane machinedeployment mhc-control-plane mhc-machinedeployment
 
 flavor "$e2e/cluster-template-md-remediation.yaml" \
 "# Flavor \"md-remediation\" for Cluster API's e2e specs

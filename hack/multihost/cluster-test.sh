@@ -281,19 +281,14 @@ machine_on_engine() {
 # removed by CAPCT as an orphan.
 lose_engine2() {
   step "lose engine 2: MachineHealthCheck, engine.sh stop"
-  local lost lost_container t0 deadline reason seen_unreachable=false
-  kmgmt apply -f - >/dev/null <<YAML
-apiVersion: cluster.x-k8s.io/v1beta2
-kind: MachineHealthCheck
-metadata: {name: $cluster-workers, namespace: $namespace}
-spec:
-  clusterName: $cluster
-  selector: {matchLabels: {cluster.x-k8s.io/deployment-name: $cluster-md-0}}
-  checks:
-    unhealthyNodeConditions:
-    - {type: Ready, status: Unknown, timeoutSeconds: 30}
-    - {type: Ready, status: "False", timeoutSeconds: 30}
-YAML
+  local lost lost_container t0 deadline reason seen_unreachable=false mhc_checks
+  # The flavor's own MachineHealthCheck on the workers (docs/remediation.md),
+  # made quick for the test, and put back as it was at the end. A second
+  # one over the same Machines would be refused by Cluster API.
+  mhc_checks=$(kmgmt get machinehealthcheck "$cluster-md-0" -n "$namespace" -o jsonpath='{.spec.checks}')
+  [[ -n "$mhc_checks" ]] || die "the flavor made no MachineHealthCheck $cluster-md-0"
+  kmgmt patch machinehealthcheck "$cluster-md-0" -n "$namespace" --type=merge -p \
+    '{"spec":{"checks":{"unhealthyNodeConditions":[{"type":"Ready","status":"Unknown","timeoutSeconds":30},{"type":"Ready","status":"False","timeoutSeconds":30}]}}}' >/dev/null
   # An unreachable Node's pods never finish terminating: do not wait for
   # them (the default waits until they are 5 minutes old).
   kmgmt patch machinedeployment "$cluster-md-0" -n "$namespace" --type=merge \
@@ -342,7 +337,7 @@ YAML
   if kwl get node "$lost_container" >/dev/null 2>&1; then
     log "WARNING: Node $lost_container, registered again by its kubelet before CAPCT removed its container, is left in the workload cluster"
   fi
-  kmgmt delete machinehealthcheck "$cluster-workers" -n "$namespace" >/dev/null
+  kmgmt patch machinehealthcheck "$cluster-md-0" -n "$namespace" --type=merge -p "{\"spec\":{\"checks\":$mhc_checks}}" >/dev/null
 }
 
 # engine2_leftovers: what CAPCT labelled for the cluster and is still on

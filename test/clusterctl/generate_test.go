@@ -10,7 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
@@ -256,6 +259,7 @@ func TestGenerateCluster(t *testing.T) {
 				t.Errorf("variables = %v\nwant        %v", got, want)
 			}
 			checkRendered(t, flavor, tmpl.Objs())
+			checkHealthChecks(t, flavor, tmpl.Objs())
 			if flavor == "multihost" {
 				checkMultihost(t, tmpl.Objs())
 			}
@@ -356,53 +360,170 @@ func checkRendered(t *testing.T, flavor string, objs []unstructured.Unstructured
 			controllerManagers++
 		}
 		for _, phase := range []string{"initConfiguration", "joinConfiguration"} {
-			nr, ok, _ := unstructured.NestedMap(spec, phase, "nodeRegistration")
-			if !ok {
-				continue
-			}
-			nodeRegistrations++
-			args, _, _ := unstructured.NestedSlice(nr, "kubeletExtraArgs")
-			for name, value := range map[string]string{
-				"provider-id":  "container:///{{ ds.meta_data.local_hostname }}",
-				"cgroup-root":  "/kubelet",
-				"fail-swap-on": "false",
-			} {
-				if !hasArg(args, name, value) {
-					t.Errorf("%s %s %s: kubelet arg %s=%s missing", o.GetKind(), o.GetName(), phase, name, value)
-				}
-			}
-			ignored, _, _ := unstructured.NestedStringSlice(nr, "ignorePreflightErrors")
-			for _, want := range []string{"SystemVerification", "Swap", "FileContent--proc-sys-net-bridge-bridge-nf-call-iptables"} {
-				if !slices.Contains(ignored, want) {
-					t.Errorf("%s %s %s: preflight error %s not ignored", o.GetKind(), o.GetName(), phase, want)
-				}
-			}
-			if dir, _, _ := unstructured.NestedString(spec, phase, "patches", "directory"); dir != "/etc/kubeadm/patches" {
-				t.Errorf("%s %s %s: kubeadm patches directory = %q", o.GetKind(), o.GetName(), phase, dir)
+			if checkNodeRegistration(t, o, spec, phase) {
+				nodeRegistrations++
 			}
 		}
-		files, _, _ := unstructured.NestedSlice(spec, "files")
-		found := false
-		for _, f := range files {
-			f := f.(map[string]any)
-			if f["path"] == "/etc/kubeadm/patches/kubeletconfiguration+merge.yaml" {
-				found = true
-				for _, want := range []string{"cgroupDriver: systemd", "cgroupRoot: /kubelet", "failSwapOn: false", "failCgroupV1: false"} {
-					if !strings.Contains(f["content"].(string), want) {
-						t.Errorf("%s %s: kubelet patch lacks %q", o.GetKind(), o.GetName(), want)
-					}
-				}
-			}
-		}
-		if !found {
-			t.Errorf("%s %s: no KubeletConfiguration patch", o.GetKind(), o.GetName())
-		}
+		checkKubeletPatch(t, o, spec)
 	}
 	if controllerManagers == 0 || nodeRegistrations < 3 {
 		t.Errorf("flavor %q: %d controller-manager configurations and %d node registrations checked", flavor, controllerManagers, nodeRegistrations)
 	}
 	if flavor != "topology" && images == 0 {
 		t.Errorf("flavor %q sets no node image", flavor)
+	}
+}
+
+// checkNodeRegistration checks the nodeRegistration of phase (init or
+// join) in the kubeadm config spec of o, and reports whether there is one.
+func checkNodeRegistration(t *testing.T, o unstructured.Unstructured, spec map[string]any, phase string) bool {
+	t.Helper()
+	nr, ok, _ := unstructured.NestedMap(spec, phase, "nodeRegistration")
+	if !ok {
+		return false
+	}
+	args, _, _ := unstructured.NestedSlice(nr, "kubeletExtraArgs")
+	for name, value := range map[string]string{
+		"provider-id":  "container:///{{ ds.meta_data.local_hostname }}",
+		"cgroup-root":  "/kubelet",
+		"fail-swap-on": "false",
+	} {
+		if !hasArg(args, name, value) {
+			t.Errorf("%s %s %s: kubelet arg %s=%s missing", o.GetKind(), o.GetName(), phase, name, value)
+		}
+	}
+	ignored, _, _ := unstructured.NestedStringSlice(nr, "ignorePreflightErrors")
+	for _, want := range []string{"SystemVerification", "Swap", "FileContent--proc-sys-net-bridge-bridge-nf-call-iptables"} {
+		if !slices.Contains(ignored, want) {
+			t.Errorf("%s %s %s: preflight error %s not ignored", o.GetKind(), o.GetName(), phase, want)
+		}
+	}
+	if dir, _, _ := unstructured.NestedString(spec, phase, "patches", "directory"); dir != "/etc/kubeadm/patches" {
+		t.Errorf("%s %s %s: kubeadm patches directory = %q", o.GetKind(), o.GetName(), phase, dir)
+	}
+	return true
+}
+
+// checkKubeletPatch checks that the kubeadm config spec of o writes the
+// KubeletConfiguration patch with the settings CAPCT's nodes need.
+func checkKubeletPatch(t *testing.T, o unstructured.Unstructured, spec map[string]any) {
+	t.Helper()
+	files, _, _ := unstructured.NestedSlice(spec, "files")
+	found := false
+	for _, f := range files {
+		f := f.(map[string]any)
+		if f["path"] != "/etc/kubeadm/patches/kubeletconfiguration+merge.yaml" {
+			continue
+		}
+		found = true
+		for _, want := range []string{"cgroupDriver: systemd", "cgroupRoot: /kubelet", "failSwapOn: false", "failCgroupV1: false"} {
+			if !strings.Contains(f["content"].(string), want) {
+				t.Errorf("%s %s: kubelet patch lacks %q", o.GetKind(), o.GetName(), want)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("%s %s: no KubeletConfiguration patch", o.GetKind(), o.GetName())
+	}
+}
+
+// healthChecked are, per flavor, the label selectors of the
+// MachineHealthChecks it must ship: one on the control plane and one on each
+// set of workers. The topology flavor's are its ClusterClass' instead.
+var healthChecked = map[string][]map[string]string{
+	"":            {controlPlaneSelector, mdSelector},
+	"dualstack":   {controlPlaneSelector, mdSelector},
+	"multihost":   {controlPlaneSelector, mdSelector},
+	"machinepool": {controlPlaneSelector, mpSelector},
+	"quickstart":  {controlPlaneSelector, mdSelector, mpSelector},
+}
+
+var (
+	controlPlaneSelector = map[string]string{clusterv1.MachineControlPlaneLabel: ""}
+	mdSelector           = map[string]string{clusterv1.MachineDeploymentNameLabel: clusterName + "-md-0"}
+	mpSelector           = map[string]string{clusterv1.MachinePoolNameLabel: clusterName + "-mp-0"}
+)
+
+// wantHealthCheck is what every shipped health check checks and when it
+// remediates (templates/parts/mhc-control-plane.yaml says why): Node Ready
+// Unknown or False for 5 minutes, no Node 20 minutes after the start, and
+// remediation only while at most one machine is unhealthy.
+var wantHealthCheck = struct {
+	Checks      clusterv1.MachineHealthCheckChecks      `json:"checks"`
+	Remediation clusterv1.MachineHealthCheckRemediation `json:"remediation"`
+}{
+	Checks: clusterv1.MachineHealthCheckChecks{
+		NodeStartupTimeoutSeconds: ptr.To[int32](1200),
+		UnhealthyNodeConditions: []clusterv1.UnhealthyNodeCondition{
+			{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, TimeoutSeconds: ptr.To[int32](300)},
+			{Type: corev1.NodeReady, Status: corev1.ConditionFalse, TimeoutSeconds: ptr.To[int32](300)},
+		},
+	},
+	Remediation: clusterv1.MachineHealthCheckRemediation{TriggerIf: clusterv1.MachineHealthCheckRemediationTriggerIf{
+		UnhealthyLessThanOrEqualTo: ptr.To(intstr.FromInt32(1)),
+	}},
+}
+
+// checkHealthChecks checks that a flavor ships its MachineHealthChecks with
+// the conservative settings, and the topology flavor's ClusterClass its
+// health checks.
+func checkHealthChecks(t *testing.T, flavor string, objs []unstructured.Unstructured) {
+	t.Helper()
+	if flavor == "topology" {
+		checkClassHealthChecks(t)
+		return
+	}
+	var selectors []map[string]string
+	for _, o := range objs {
+		if o.GetKind() != "MachineHealthCheck" {
+			continue
+		}
+		mhc := &clusterv1.MachineHealthCheck{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, mhc, true); err != nil {
+			t.Fatalf("MachineHealthCheck %s: %v", o.GetName(), err)
+		}
+		selectors = append(selectors, mhc.Spec.Selector.MatchLabels)
+		if mhc.Spec.ClusterName != clusterName || len(mhc.Spec.Selector.MatchExpressions) > 0 {
+			t.Errorf("MachineHealthCheck %s: cluster %q, selector %v", mhc.Name, mhc.Spec.ClusterName, mhc.Spec.Selector)
+		}
+		if !reflect.DeepEqual(mhc.Spec.Checks, wantHealthCheck.Checks) || !reflect.DeepEqual(mhc.Spec.Remediation, wantHealthCheck.Remediation) {
+			got, _ := json.Marshal(map[string]any{"checks": mhc.Spec.Checks, "remediation": mhc.Spec.Remediation})
+			want, _ := json.Marshal(wantHealthCheck)
+			t.Errorf("MachineHealthCheck %s: %s, want %s", mhc.Name, got, want)
+		}
+	}
+	if want := healthChecked[flavor]; !reflect.DeepEqual(selectors, want) {
+		t.Errorf("flavor %q: MachineHealthChecks select %v, want %v", flavor, selectors, want)
+	}
+}
+
+// checkClassHealthChecks checks the health checks of the release's
+// ClusterClass: its control plane's and each MachineDeployment class'.
+func checkClassHealthChecks(t *testing.T) {
+	t.Helper()
+	raw, err := os.ReadFile(releaseFile("clusterclass-quick-start.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	class := &clusterv1.ClusterClass{}
+	if err := yaml.UnmarshalStrict(raw, class); err != nil {
+		t.Fatalf("clusterclass-quick-start.yaml: %v", err)
+	}
+	// The class' types are the same fields under other names.
+	same := func(what string, v any) {
+		t.Helper()
+		got, _ := json.Marshal(v)
+		want, _ := json.Marshal(wantHealthCheck)
+		if string(got) != string(want) {
+			t.Errorf("ClusterClass %s health check %s, want %s", what, got, want)
+		}
+	}
+	same("controlPlane", class.Spec.ControlPlane.HealthCheck)
+	if len(class.Spec.Workers.MachineDeployments) == 0 {
+		t.Fatal("ClusterClass has no MachineDeployment class")
+	}
+	for _, md := range class.Spec.Workers.MachineDeployments {
+		same("machineDeployment "+md.Class, md.HealthCheck)
 	}
 }
 

@@ -50,7 +50,11 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}()
 	repository = dir
 	// The release script is what `make release-manifests` runs; the tests
 	// build their own copy so that they never read a stale out/.

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -69,6 +70,9 @@ const (
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containermachinepools/status;containermachinepools/finalizers,verbs=get;update;patch
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containermachines,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;machinepools,verbs=get;list;watch
 
 // Reconciler reconciles ContainerMachinePools. It keeps one ContainerMachine
@@ -87,6 +91,9 @@ type Reconciler struct {
 	// WatchFilterValue limits the controller to objects with this
 	// cluster.x-k8s.io/watch-filter label value.
 	WatchFilterValue string
+	// Recorder records the pool's events; it defaults to the manager's
+	// recorder for "containermachinepool-controller".
+	Recorder record.EventRecorder
 
 	ssaCache *ssa.Cache
 }
@@ -98,6 +105,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorderFor("containermachinepool-controller")
 	}
 	r.ssaCache = ssa.NewCache("containermachinepool")
 	log := ctrl.LoggerFrom(ctx)
@@ -329,8 +339,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 		return err
 	}
 	s.members = members
+	if err := r.clearRemediation(ctx, members); err != nil {
+		return err
+	}
 	p := computePlan(members, desired, st)
-	if p.create == 0 && len(p.delete) == 0 {
+	if p.empty() {
 		return nil
 	}
 	// About to write: decide again on what the API server holds, not on
@@ -343,12 +356,37 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 
 	log := ctrl.LoggerFrom(ctx)
 	var errs []error
+	if len(p.diagnose) > 0 {
+		// A failed machine goes only once its diagnostics are kept; one
+		// whose diagnostics could not be kept stays (not counted as
+		// available) until a later reconcile keeps them.
+		kept := map[string]bool{}
+		for _, m := range p.diagnose {
+			if err := r.keepDiagnostics(ctx, s, m); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			kept[m.name()] = true
+		}
+		for i := range members {
+			if kept[members[i].name()] {
+				members[i].diagnosed = true
+			}
+		}
+		p = computePlan(members, desired, st)
+	}
 	for _, m := range p.delete {
+		if m.byHealthCheck && m.machine != nil {
+			if err := r.markRemediating(ctx, m.machine); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
 		if err := r.deleteMember(ctx, m); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		log.Info("Deleting pool machine", "ContainerMachine", klog.KObj(m.cm), "outdated", m.outdated, "deleteRequested", m.deleteRequested())
+		log.Info("Deleting pool machine", "ContainerMachine", klog.KObj(m.cm), "outdated", m.outdated, "deleteRequested", m.deleteRequested(), "failed", m.failed)
 	}
 	for range p.create {
 		cm, err := r.createMachine(ctx, s)
@@ -387,6 +425,7 @@ func (r *Reconciler) members(ctx context.Context, reader client.Reader, s *scope
 		if s.machinePool != nil {
 			m.outdated = outdated(cm, s.pool, s.machinePool)
 		}
+		m.failed, m.byHealthCheck = failure(cm, m.machine)
 		out = append(out, m)
 	}
 	return out, nil

@@ -1,14 +1,20 @@
 package containermachinepool_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -18,6 +24,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/exp/internal/controllers/containermachinepool"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
@@ -350,4 +357,326 @@ func TestPausedClusterHoldsThePool(t *testing.T) {
 	setPaused(false)
 	eventually(t, settle, "the pool to be unpaused", pausedIs(false))
 	eventually(t, settle, "2 replicas after the unpause", f.settled(2))
+}
+
+// TestFailedMemberIsReplaced makes two members fail for good, one whose
+// bootstrap fails (its container still runs, so its logs can be read) and
+// one whose container is removed behind CAPCT's back, and checks that the
+// pool replaces each within its bounds (never more than replicas+maxSurge
+// machines), and deletes each only after it kept its diagnostics in a
+// Secret and named it in a Warning event.
+func TestFailedMemberIsReplaced(t *testing.T) {
+	startStack(t)
+	f := newFixture(t, 2, expinfrav1.RollingUpdate{})
+	eventually(t, settle, "2 replicas", f.settled(2))
+
+	// The next node's bootstrap fails for good (exit 127: no such
+	// command), and its journal says so.
+	existing := map[string]bool{}
+	for _, c := range f.state().containers {
+		existing[c.Name] = true
+	}
+	var mu sync.Mutex
+	victim := ""
+	rt.SetExecHandler(func(_ context.Context, m container.Machine, _ map[string][]byte, in container.ExecInput, _ []byte) (container.ExecResult, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if existing[m.Name] || (victim != "" && m.Name != victim) {
+			return container.ExecResult{}, false
+		}
+		switch {
+		case in.Cmd[0] == "journalctl":
+			return container.ExecResult{Stdout: []byte("kubelet[7]: the journal of " + m.Name + "\n")}, true
+		case strings.Contains(strings.Join(in.Cmd, " "), "echo hello"):
+			victim = m.Name
+			return container.ExecResult{ExitCode: 127, Stderr: []byte("sh: 1: echo: not found\n")}, true
+		}
+		return container.ExecResult{}, false
+	})
+	t.Cleanup(func() { rt.SetExecHandler(nil) })
+	victimCM := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, cm := range f.state().cms {
+			if naming.ContainerName(f.ns, f.name, cm.Name) == victim {
+				return cm.Name
+			}
+		}
+		return ""
+	}
+
+	bounds := f.watchBounds(0, 4)
+	order := f.watchDeletedAfterDiagnostics()
+	f.scale(3)
+	failed := ""
+	eventually(t, settle, "a member to fail its bootstrap", func() error {
+		if failed = victimCM(); failed == "" {
+			return errors.New("no bootstrap failed yet")
+		}
+		return nil
+	})
+	eventually(t, 2*settle, "the failed member to be replaced", func() error {
+		if err := f.settled(3)(); err != nil {
+			return err
+		}
+		if slices.Contains(cmNames(f.state()), failed) {
+			return fmt.Errorf("the failed ContainerMachine %s is still there", failed)
+		}
+		return nil
+	})
+	rt.SetExecHandler(nil)
+	record := f.diagnostics(failed)
+	for key, want := range map[string]string{
+		"summary":        "Bootstrapped=False BootstrapFailed",
+		"journal":        "the journal of " + victim,
+		"bootstrap-exit": "127",
+	} {
+		if !strings.Contains(string(record.Data[key]), want) {
+			t.Errorf("diagnostics %s = %q, want it to hold %q", key, record.Data[key], want)
+		}
+	}
+	f.event(failed, "BootstrapFailed")
+
+	// A container gone for good: nothing to read, but the record says so.
+	s := f.state()
+	gone := s.cms[0].Name
+	if !rt.RemoveOutOfBand(naming.ContainerName(f.ns, f.name, gone)) {
+		t.Fatalf("container of %s not found", gone)
+	}
+	eventually(t, 2*settle, "the member whose container is gone to be replaced", func() error {
+		if err := f.settled(3)(); err != nil {
+			return err
+		}
+		if slices.Contains(cmNames(f.state()), gone) {
+			return fmt.Errorf("ContainerMachine %s is still there", gone)
+		}
+		return nil
+	})
+	record = f.diagnostics(gone)
+	if !strings.Contains(string(record.Data["summary"]), infrav1.ContainerMissingReason) || !strings.Contains(string(record.Data["notes"]), "is gone") {
+		t.Errorf("diagnostics of %s: summary %q notes %q", gone, record.Data["summary"], record.Data["notes"])
+	}
+	f.event(gone, infrav1.ContainerMissingReason)
+	bounds.check()
+	order.check(failed, gone)
+}
+
+// TestHealthCheckRemediation marks a Machine of the pool as a
+// MachineHealthCheck does when it leaves remediation to the Machine's owner
+// (HealthCheckSucceeded and OwnerRemediated False): the pool keeps its
+// diagnostics, says on OwnerRemediated that it deletes it, deletes it and
+// replaces it. A Machine that the health check finds healthy again loses
+// its stale OwnerRemediated condition and stays.
+func TestHealthCheckRemediation(t *testing.T) {
+	startStack(t)
+	f := newFixture(t, 2, expinfrav1.RollingUpdate{})
+	eventually(t, settle, "2 replicas", f.settled(2))
+	ctx := ctxT(t)
+	s := f.state()
+	unhealthy, recovered := s.machines[0].Name, s.machines[1].Name
+
+	// Hold the unhealthy Machine once deleted, to read what the pool wrote
+	// on it.
+	const hold = "test.capct.io/hold"
+	m := &clusterv1.Machine{}
+	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: unhealthy}, m))
+	before := m.DeepCopy()
+	m.Finalizers = append(m.Finalizers, hold)
+	must(t, env.Client.Patch(ctx, m, client.MergeFrom(before)))
+
+	setHealth := func(name string, healthy bool) {
+		m := &clusterv1.Machine{}
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, m))
+		before := m.DeepCopy()
+		status, reason := metav1.ConditionFalse, clusterv1.MachineHealthCheckUnhealthyNodeReason
+		if healthy {
+			status, reason = metav1.ConditionTrue, clusterv1.MachineHealthCheckSucceededReason
+		}
+		conditions.Set(m, metav1.Condition{Type: clusterv1.MachineHealthCheckSucceededCondition, Status: status, Reason: reason,
+			Message: "Health check failed: Condition Ready on Node is reporting status Unknown for more than 5m0s"})
+		conditions.Set(m, metav1.Condition{Type: clusterv1.MachineOwnerRemediatedCondition, Status: metav1.ConditionFalse,
+			Reason: clusterv1.MachineOwnerRemediatedWaitingForRemediationReason})
+		must(t, env.Client.Status().Patch(ctx, m, client.MergeFrom(before)))
+	}
+	setHealth(recovered, true)
+	setHealth(unhealthy, false)
+
+	eventually(t, settle, "the unhealthy Machine to be deleted by the pool", func() error {
+		m := &clusterv1.Machine{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: unhealthy}, m); err != nil {
+			return err
+		}
+		if m.DeletionTimestamp.IsZero() {
+			return errors.New("not deleted yet")
+		}
+		if c := conditions.Get(m, clusterv1.MachineOwnerRemediatedCondition); c == nil || c.Reason != "MachineDeleting" {
+			return fmt.Errorf("OwnerRemediated %+v, want reason MachineDeleting", c)
+		}
+		return nil
+	})
+	record := f.diagnostics(unhealthy)
+	if !strings.Contains(string(record.Data["summary"]), "MachineHealthCheck") {
+		t.Errorf("diagnostics summary %q does not name the health check", record.Data["summary"])
+	}
+	f.event(unhealthy, "MachineHealthCheck")
+	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: unhealthy}, m))
+	before = m.DeepCopy()
+	m.Finalizers = slices.DeleteFunc(m.Finalizers, func(s string) bool { return s == hold })
+	must(t, env.Client.Patch(ctx, m, client.MergeFrom(before)))
+
+	eventually(t, 2*settle, "the unhealthy member to be replaced", func() error {
+		if err := f.settled(2)(); err != nil {
+			return err
+		}
+		names := cmNames(f.state())
+		if slices.Contains(names, unhealthy) || !slices.Contains(names, recovered) {
+			return fmt.Errorf("members %v, want %s gone and %s kept", names, unhealthy, recovered)
+		}
+		return nil
+	})
+	eventually(t, settle, "the recovered Machine's OwnerRemediated to go", func() error {
+		m := &clusterv1.Machine{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: recovered}, m); err != nil {
+			return err
+		}
+		if c := conditions.Get(m, clusterv1.MachineOwnerRemediatedCondition); c != nil {
+			return fmt.Errorf("OwnerRemediated is still %+v", c)
+		}
+		return nil
+	})
+}
+
+// diagnostics returns the Secret that keeps the diagnostics of the pool's
+// ContainerMachine cm.
+func (f *fixture) diagnostics(cm string) *corev1.Secret {
+	f.t.Helper()
+	s, err := f.diagnosticsOf(ctxT(f.t), cm)
+	must(f.t, err)
+	if s.Type != containermachinepool.DiagnosticsSecretType || s.Annotations[containermachinepool.DiagnosticsMachineAnnotation] != cm {
+		f.t.Fatalf("Secret %s: type %q annotations %v", s.Name, s.Type, s.Annotations)
+	}
+	if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Name != f.pool.Name {
+		f.t.Fatalf("Secret %s is owned by %v, want the pool", s.Name, s.OwnerReferences)
+	}
+	return s
+}
+
+// diagnosticsOf finds the Secret that holds the diagnostics of the pool's
+// ContainerMachine cm (one of the pool's slots, which names it), or a
+// NotFound error.
+func (f *fixture) diagnosticsOf(ctx context.Context, cm string) (*corev1.Secret, error) {
+	list := &corev1.SecretList{}
+	if err := env.Client.List(ctx, list, client.InNamespace(f.ns)); err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		if list.Items[i].Annotations[containermachinepool.DiagnosticsMachineAnnotation] == cm {
+			return &list.Items[i], nil
+		}
+	}
+	return nil, apierrors.NewNotFound(corev1.Resource("secrets"), "diagnostics of "+cm)
+}
+
+// event waits for the pool's Warning event on the failed machine cm, which
+// names the Secret and says why (want).
+func (f *fixture) event(cm, want string) {
+	f.t.Helper()
+	eventually(f.t, settle, "the event on "+cm, func() error {
+		events := &corev1.EventList{}
+		if err := env.Client.List(ctxT(f.t), events, client.InNamespace(f.ns)); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind == "ContainerMachinePool" && e.InvolvedObject.Name == f.pool.Name && e.Type == corev1.EventTypeWarning &&
+				e.Reason == containermachinepool.ReplacingFailedMachineEvent && strings.Contains(e.Message, "ContainerMachine "+cm+":") &&
+				strings.Contains(e.Message, "Secret "+f.pool.Name+"-diagnostics-") {
+				if !strings.Contains(e.Message, want) {
+					return fmt.Errorf("event %q does not say %q", e.Message, want)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no event on %s among %d", cm, len(events.Items))
+	})
+}
+
+// deletionOrder watches the pool's machines for one that goes (its
+// ContainerMachine or Machine being deleted, or gone) without its
+// diagnostics Secret.
+type deletionOrder struct {
+	t       *testing.T
+	stop    context.CancelFunc
+	done    chan struct{}
+	mu      sync.Mutex
+	deleted map[string]bool
+	early   []string
+}
+
+func (f *fixture) watchDeletedAfterDiagnostics() *deletionOrder {
+	ctx, stop := context.WithCancel(ctxT(f.t))
+	o := &deletionOrder{t: f.t, stop: stop, done: make(chan struct{}), deleted: map[string]bool{}}
+	go func() {
+		defer close(o.done)
+		known := map[string]bool{}
+		for ctx.Err() == nil {
+			s, err := f.tryState(ctx)
+			if err != nil {
+				return
+			}
+			machines := map[string]clusterv1.Machine{}
+			for _, m := range s.machines {
+				machines[m.Name] = m
+			}
+			present := map[string]bool{}
+			for _, cm := range s.cms {
+				present[cm.Name] = true
+				known[cm.Name] = true
+				m, ok := machines[cm.Name]
+				if cm.DeletionTimestamp.IsZero() && (!ok || m.DeletionTimestamp.IsZero()) {
+					continue
+				}
+				o.seen(ctx, f, cm.Name)
+			}
+			for name := range known {
+				if !present[name] {
+					o.seen(ctx, f, name)
+					delete(known, name)
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	f.t.Cleanup(stop)
+	return o
+}
+
+func (o *deletionOrder) seen(ctx context.Context, f *fixture, name string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.deleted[name] {
+		return
+	}
+	o.deleted[name] = true
+	_, err := f.diagnosticsOf(ctx, name)
+	if apierrors.IsNotFound(err) {
+		o.early = append(o.early, name)
+	}
+}
+
+// check stops the watch and fails the test if one of failed was deleted
+// before its diagnostics were kept, or was not seen going at all.
+func (o *deletionOrder) check(failed ...string) {
+	o.t.Helper()
+	o.stop()
+	<-o.done
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, name := range failed {
+		if !o.deleted[name] {
+			o.t.Errorf("ContainerMachine %s was never seen going", name)
+		}
+		if slices.Contains(o.early, name) {
+			o.t.Errorf("ContainerMachine %s went before its diagnostics were kept", name)
+		}
+	}
 }

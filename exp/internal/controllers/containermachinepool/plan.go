@@ -1,14 +1,17 @@
 package containermachinepool
 
 import (
+	"fmt"
 	"sort"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 )
 
 // member is one machine of the pool: its ContainerMachine and, once Cluster
@@ -19,6 +22,15 @@ type member struct {
 	// outdated is true when the machine no longer matches the pool's
 	// template or Kubernetes version.
 	outdated bool
+	// failed says why the machine will not work again, "" while it may
+	// (see failure).
+	failed string
+	// byHealthCheck is true when a MachineHealthCheck asked for the
+	// machine to be remediated (see failure).
+	byHealthCheck bool
+	// diagnosed is true once a failed machine's diagnostics are kept: only
+	// then may it be deleted, and its container with it.
+	diagnosed bool
 }
 
 func (m member) name() string { return m.cm.Name }
@@ -33,6 +45,39 @@ func (m member) deleting() bool {
 // ContainerMachine's container runs and its bootstrap data ran.
 func (m member) provisioned() bool {
 	return ptr.Deref(m.cm.Status.Initialization.Provisioned, false)
+}
+
+// available is what the pool counts on: a provisioned machine that has not
+// failed. status.initialization.provisioned stays true for good once set,
+// so a machine that failed after it was provisioned must not count.
+func (m member) available() bool { return m.provisioned() && m.failed == "" }
+
+// failure says why a machine will not work again, or "" while it may, and
+// whether a MachineHealthCheck said so:
+//   - a lifecycle condition of the ContainerMachine that failed for good
+//     (lifecycle.TerminalCondition: a launch or bootstrap that gave up, a
+//     registration or initialization that timed out, a container gone);
+//   - Cluster API's contract for the owners of Machines: a
+//     MachineHealthCheck that found the Machine unhealthy and leaves the
+//     remediation to its owner sets HealthCheckSucceeded and
+//     OwnerRemediated to False. Cluster API's MachinePool controller does
+//     not act on it for MachinePool Machines; the infrastructure pool
+//     does, by deleting the Machine as a MachineSet would.
+func failure(cm *infrav1.ContainerMachine, machine *clusterv1.Machine) (reason string, byHealthCheck bool) {
+	if c := lifecycle.TerminalCondition(cm); c != nil {
+		return fmt.Sprintf("%s=False %s: %s", c.Type, c.Reason, c.Message), false
+	}
+	if machine != nil && conditions.IsFalse(machine, clusterv1.MachineHealthCheckSucceededCondition) &&
+		conditions.IsFalse(machine, clusterv1.MachineOwnerRemediatedCondition) {
+		reason := "a MachineHealthCheck found the Machine unhealthy"
+		if c := conditions.Get(machine, clusterv1.MachineHealthCheckSucceededCondition); c.Message != "" {
+			reason += ": " + c.Message
+		} else if c.Reason != "" {
+			reason += ": " + c.Reason
+		}
+		return reason, true
+	}
+	return "", false
 }
 
 // deleteRequested is Cluster API's delete-machine annotation, on the Machine
@@ -53,7 +98,13 @@ type plan struct {
 	create int
 	// delete are the machines to delete, in order.
 	delete []member
+	// diagnose are failed machines whose diagnostics must be kept before
+	// they may be deleted.
+	diagnose []member
 }
+
+// empty is true when the plan changes nothing.
+func (p plan) empty() bool { return p.create == 0 && len(p.delete) == 0 && len(p.diagnose) == 0 }
 
 // strategy is a resolved RollingUpdate.
 type strategy struct {
@@ -92,8 +143,15 @@ func scaled(v *intstr.IntOrString, def intstr.IntOrString, desired int, roundUp 
 // Rules, in order:
 //   - Machines already being deleted are ignored; they are neither counted
 //     nor deleted again.
-//   - Deletion candidates are ordered: delete-machine annotation first,
-//     then outdated machines, then the oldest (name breaks ties).
+//   - A failed machine is never available nor up to date, so a replacement
+//     is created for it as for a missing one. It is deleted once its
+//     diagnostics are kept (diagnosed), and until then it is listed to be
+//     diagnosed and still counts towards desired+maxSurge. Deleting it
+//     takes nothing away from the available machines, so maxUnavailable
+//     never holds it.
+//   - Deletion candidates are ordered: failed first, then the
+//     delete-machine annotation, then outdated machines, then the oldest
+//     (name breaks ties).
 //   - Every outdated machine is deleted, and so are up-to-date machines
 //     beyond the desired replicas; but a provisioned machine only while at
 //     least desired-maxUnavailable provisioned machines stay, so the pool
@@ -112,17 +170,17 @@ func computePlan(members []member, desired int, st strategy) plan {
 
 	available := 0
 	for _, m := range active {
-		if m.provisioned() {
+		if m.available() {
 			available++
 		}
 	}
 	minAvailable := desired - st.maxUnavailable
 	// Up-to-date machines beyond the desired replicas are a scale down.
-	// Outdated machines are not counted here: all of them go, and the
-	// machines created beside them are a surge, not an excess.
+	// Outdated and failed machines are not counted here: all of them go,
+	// and the machines created beside them are a surge, not an excess.
 	upToDateExcess := -desired
 	for _, m := range active {
-		if !m.outdated {
+		if upToDate(m) {
 			upToDateExcess++
 		}
 	}
@@ -130,6 +188,15 @@ func computePlan(members []member, desired int, st strategy) plan {
 	var p plan
 	remaining := make([]member, 0, len(active))
 	for _, m := range active {
+		if m.failed != "" {
+			if m.diagnosed {
+				p.delete = append(p.delete, m)
+			} else {
+				p.diagnose = append(p.diagnose, m)
+				remaining = append(remaining, m)
+			}
+			continue
+		}
 		wanted := m.outdated || upToDateExcess > 0
 		if wanted && m.provisioned() && available-1 < minAvailable {
 			// Deleting it would leave too few available machines: wait
@@ -149,18 +216,25 @@ func computePlan(members []member, desired int, st strategy) plan {
 		}
 	}
 
-	upToDate := 0
+	good := 0
 	for _, m := range remaining {
-		if !m.outdated {
-			upToDate++
+		if upToDate(m) {
+			good++
 		}
 	}
-	p.create = max(0, min(desired-upToDate, desired+st.maxSurge-len(remaining)))
+	p.create = max(0, min(desired-good, desired+st.maxSurge-len(remaining)))
 	return p
 }
 
+// upToDate is a machine the pool keeps: it matches the pool and has not
+// failed.
+func upToDate(m member) bool { return !m.outdated && m.failed == "" }
+
 // deleteBefore orders deletion candidates.
 func deleteBefore(a, b member) bool {
+	if (a.failed != "") != (b.failed != "") {
+		return a.failed != ""
+	}
 	if a.deleteRequested() != b.deleteRequested() {
 		return a.deleteRequested()
 	}

@@ -26,6 +26,9 @@ const (
 	RollingUpdateReason = "RollingUpdate"
 	// WaitingForMachinesReason: the count is right, some are not provisioned.
 	WaitingForMachinesReason = "WaitingForMachines"
+	// ReplacingFailedMachinesReason: machines failed for good and are
+	// being replaced.
+	ReplacingFailedMachinesReason = "ReplacingFailedMachines"
 )
 
 // summary is what the status of the pool is derived from.
@@ -47,7 +50,7 @@ func setStatus(pool *expinfrav1.ContainerMachinePool, s summary, now time.Time) 
 
 	var ids []string
 	instances := make([]expinfrav1.ContainerMachinePoolInstance, 0, len(s.members))
-	provisioned, outdated, active := 0, 0, 0
+	provisioned, outdated, active, failed := 0, 0, 0, 0
 	for _, m := range s.members {
 		if id := m.cm.Spec.ProviderID; id != "" {
 			ids = append(ids, id)
@@ -57,8 +60,11 @@ func setStatus(pool *expinfrav1.ContainerMachinePool, s summary, now time.Time) 
 			if m.outdated {
 				outdated++
 			}
+			if m.failed != "" {
+				failed++
+			}
 		}
-		if m.provisioned() {
+		if m.available() {
 			provisioned++
 		}
 		instances = append(instances, instance(s.cluster, m))
@@ -73,17 +79,19 @@ func setStatus(pool *expinfrav1.ContainerMachinePool, s summary, now time.Time) 
 	pool.Status.Instances = instances
 	pool.Status.Replicas = int32(len(s.members))
 
-	ready := !s.deleting && len(s.members) == s.desired && provisioned == s.desired && outdated == 0
+	ready := !s.deleting && len(s.members) == s.desired && provisioned == s.desired && outdated == 0 && failed == 0
 	pool.Status.Ready = ready
 	pool.Status.Initialization.Provisioned = ptr.To(ready)
 	pool.Status.ObservedGeneration = s.generation
 
-	setReadyCondition(pool, now, s, readyState{ready: ready, active: active, outdated: outdated, provisioned: provisioned})
+	setReadyCondition(pool, now, s, readyState{ready: ready, active: active, outdated: outdated, provisioned: provisioned, failed: failed})
 }
 
+// readyState counts the pool's machines; provisioned counts only those
+// that have not failed (member.available).
 type readyState struct {
-	ready                         bool
-	active, outdated, provisioned int
+	ready                                 bool
+	active, outdated, provisioned, failed int
 }
 
 // setReadyCondition summarises the pool in its Ready condition.
@@ -93,6 +101,8 @@ func setReadyCondition(pool *expinfrav1.ContainerMachinePool, now time.Time, s s
 	case s.deleting:
 		status, reason, msg = metav1.ConditionFalse, infrav1.DeletingReason, fmt.Sprintf("Deleting %d machines", len(s.members))
 	case r.ready:
+	case r.failed > 0:
+		status, reason, msg = metav1.ConditionFalse, ReplacingFailedMachinesReason, fmt.Sprintf("%d of %d machines failed and are being replaced", r.failed, r.active)
 	case r.outdated > 0:
 		status, reason, msg = metav1.ConditionFalse, RollingUpdateReason, fmt.Sprintf("%d of %d machines are outdated", r.outdated, r.active)
 	case len(s.members) < s.desired:
@@ -131,6 +141,6 @@ func instance(cluster *clusterv1.Cluster, m member) expinfrav1.ContainerMachineP
 		ProviderID:   m.cm.Spec.ProviderID,
 		Addresses:    addresses,
 		Version:      version,
-		Ready:        m.provisioned(),
+		Ready:        m.available(),
 	}
 }
