@@ -107,7 +107,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		r.Clock = clock.RealClock{}
 	}
 	if r.Recorder == nil {
-		r.Recorder = mgr.GetEventRecorderFor("containermachinepool-controller")
+		// The core/v1 recorder, as the other controllers use (see
+		// containercluster's SetupWithManager for why not the new one).
+		r.Recorder = mgr.GetEventRecorderFor("containermachinepool-controller") //nolint:staticcheck // SA1019, above
 	}
 	r.ssaCache = ssa.NewCache("containermachinepool")
 	log := ctrl.LoggerFrom(ctx)
@@ -151,11 +153,32 @@ func (r *Reconciler) machineToPool(ctx context.Context, o client.Object) []recon
 	}
 	cm := &infrav1.ContainerMachine{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name}, cm); err != nil {
-		return nil
+		// No ContainerMachine (deleteOrphanMachines): the pool of the
+		// MachinePool that owns the Machine.
+		return r.machinePoolToPool(ctx, m)
 	}
 	for _, ref := range cm.OwnerReferences {
 		if ref.Kind == "ContainerMachinePool" && refGroup(ref) == expinfrav1.GroupVersion.Group {
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: m.Namespace, Name: ref.Name}}}
+		}
+	}
+	return nil
+}
+
+// machinePoolToPool maps a Machine to the ContainerMachinePool of the
+// MachinePool that owns it.
+func (r *Reconciler) machinePoolToPool(ctx context.Context, m *clusterv1.Machine) []reconcile.Request {
+	for _, ref := range m.OwnerReferences {
+		if ref.Kind != "MachinePool" || refGroup(ref) != clusterv1.GroupVersion.Group {
+			continue
+		}
+		mp := &clusterv1.MachinePool{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: ref.Name}, mp); err != nil {
+			return nil
+		}
+		infra := mp.Spec.Template.Spec.InfrastructureRef
+		if infra.Kind == "ContainerMachinePool" && infra.APIGroup == expinfrav1.GroupVersion.Group {
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: m.Namespace, Name: infra.Name}}}
 		}
 	}
 	return nil
@@ -342,6 +365,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 	if err := r.clearRemediation(ctx, members); err != nil {
 		return err
 	}
+	if err := r.deleteOrphanMachines(ctx, s); err != nil {
+		return err
+	}
 	p := computePlan(members, desired, st)
 	if p.empty() {
 		return nil
@@ -400,6 +426,46 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 	return errors.Join(errs...)
 }
 
+// deleteOrphanMachines deletes the pool's Machines whose ContainerMachine is
+// gone. Cluster API's MachinePool controller makes a Machine for each
+// ContainerMachine it lists, from its cache: a ContainerMachine the pool
+// deleted before that cache caught up (a young machine made outdated by a
+// version change a second later) still gets its Machine, which no
+// controller would ever delete, and which keeps the MachinePool and the
+// Cluster from being Ready. Each is confirmed gone at the API server, not
+// only in this manager's cache, before its Machine is deleted.
+func (r *Reconciler) deleteOrphanMachines(ctx context.Context, s *scope) error {
+	machines := &clusterv1.MachineList{}
+	if err := r.Client.List(ctx, machines, client.InNamespace(s.pool.Namespace), s.poolLabels()); err != nil {
+		return fmt.Errorf("failed to list the Machines of ContainerMachinePool %s: %w", klog.KObj(s.pool), err)
+	}
+	known := make(map[string]bool, len(s.members))
+	for _, m := range s.members {
+		known[m.cm.Name] = true
+	}
+	var errs []error
+	for i := range machines.Items {
+		machine := &machines.Items[i]
+		ref := machine.Spec.InfrastructureRef
+		if ref.Kind != MachineKind || ref.APIGroup != infrav1.GroupVersion.Group || known[ref.Name] || !machine.DeletionTimestamp.IsZero() {
+			continue
+		}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: machine.Namespace, Name: ref.Name}, &infrav1.ContainerMachine{})
+		if !apierrors.IsNotFound(err) {
+			if err != nil {
+				errs = append(errs, fmt.Errorf("failed to get ContainerMachine %s of Machine %s: %w", ref.Name, klog.KObj(machine), err))
+			}
+			continue
+		}
+		if err := r.Client.Delete(ctx, machine, client.Preconditions{UID: ptr.To(machine.UID)}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("failed to delete Machine %s, whose ContainerMachine is gone: %w", klog.KObj(machine), err))
+			continue
+		}
+		ctrl.LoggerFrom(ctx).Info("Deleted a pool Machine whose ContainerMachine is gone", "Machine", klog.KObj(machine), "ContainerMachine", ref.Name)
+	}
+	return errors.Join(errs...)
+}
+
 // members lists the pool's ContainerMachines (those owned by this pool)
 // with their Machines, from reader.
 func (r *Reconciler) members(ctx context.Context, reader client.Reader, s *scope) ([]member, error) {
@@ -441,7 +507,10 @@ func ownedBy(cm *infrav1.ContainerMachine, pool *expinfrav1.ContainerMachinePool
 }
 
 // ownerMachine is the Machine named in the ContainerMachine's owner
-// references; Cluster API names it like the ContainerMachine.
+// references; Cluster API names it like the ContainerMachine. Until Cluster
+// API's Machine controller has set that reference, it is the Machine of the
+// same name whose infrastructureRef names the ContainerMachine, so that a
+// young machine is still deleted through its Machine.
 func ownerMachine(cm *infrav1.ContainerMachine, machines map[string]*clusterv1.Machine) *clusterv1.Machine {
 	for _, ref := range cm.OwnerReferences {
 		if ref.Kind == "Machine" && refGroup(ref) == clusterv1.GroupVersion.Group {
@@ -449,6 +518,9 @@ func ownerMachine(cm *infrav1.ContainerMachine, machines map[string]*clusterv1.M
 				return m
 			}
 		}
+	}
+	if m, ok := machines[cm.Name]; ok && m.Spec.InfrastructureRef.Kind == MachineKind && m.Spec.InfrastructureRef.Name == cm.Name {
+		return m
 	}
 	return nil
 }

@@ -65,7 +65,7 @@ func TestScaleUpDownAndDelete(t *testing.T) {
 			return errors.New("the ContainerMachinePool still exists")
 		}
 		if _, err := rt.Inspect(ctx, f.name+"-pool-gone1"); !container.IsNotFound(err) {
-			return fmt.Errorf("the leftover container still exists: %v", err)
+			return fmt.Errorf("the leftover container still exists: %w", err)
 		}
 		return nil
 	})
@@ -679,4 +679,36 @@ func (o *deletionOrder) check(failed ...string) {
 			o.t.Errorf("ContainerMachine %s went before its diagnostics were kept", name)
 		}
 	}
+}
+
+// TestOrphanMachineIsDeleted plays the race an upgrade met: Cluster API's
+// MachinePool controller makes a Machine, from its cache, for a
+// ContainerMachine the pool has already deleted. No controller of Cluster
+// API deletes such a Machine; the pool must, and must leave its own
+// machines alone.
+func TestOrphanMachineIsDeleted(t *testing.T) {
+	startStack(t)
+	f := newFixture(t, 1, expinfrav1.RollingUpdate{})
+	eventually(t, settle, "1 replica", f.settled(1))
+	ctx := ctxT(t)
+	orphan := &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.name + "-gone", Labels: f.labels(),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachinePool", Name: f.mp.Name, UID: f.mp.UID}}},
+		Spec: clusterv1.MachineSpec{
+			ClusterName: f.name,
+			Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr.To("none")},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: infrav1.GroupVersion.Group, Kind: containermachinepool.MachineKind, Name: f.name + "-gone",
+			},
+		},
+	}
+	must(t, env.Client.Create(ctx, orphan))
+	eventually(t, settle, "the orphan Machine to go", func() error {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(orphan), &clusterv1.Machine{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("machine %s, whose ContainerMachine never existed, is still there (%w)", orphan.Name, err)
+	})
+	eventually(t, settle, "1 replica still", f.settled(1))
 }

@@ -263,7 +263,7 @@ func startStack(t *testing.T) *stack {
 func (s *stack) stop() {
 	s.cancel()
 	select {
-	case <-s.done:
+	case <-s.done: //nolint:errcheck // the manager's error after a cancel says only that it stopped
 	case <-time.After(30 * time.Second):
 	}
 }
