@@ -55,14 +55,23 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs, RBAC and webhook 
 # files that start with a shell's shebang.
 SHELL_SCRIPTS = $(sort $(shell git ls-files '*.sh'; git grep -lIE '^\#!(/usr/bin/env |/bin/)(bash|sh)' -- . ':!*.go' ':!*.md' ':!*.yaml' ':!*.yml'))
 
+# golangci-lint (.golangci.yml) runs once per Go module, from its folder:
+# the provider, the e2e suite (behind its build tag) and the pause program.
+# The hack/tools modules only pin upstream tools and are not linted.
 .PHONY: verify
-verify: generate ## Fail when generated files are stale, code is not gofmt'd, go vet complains, shellcheck finds a problem in a script, or a document names a test or links a file that does not exist
+verify: generate ## Fail when generated files are stale, code is not gofmt'd, go vet or golangci-lint complains, shellcheck finds a problem in a script, or a document names a test or links a file that does not exist
 	@if [ -n "$$(git status --porcelain -- api exp config templates images test/e2e/data)" ]; then \
 		echo "Generated files are stale; run 'make generate' and commit:"; git status --porcelain -- api exp config templates images test/e2e/data; exit 1; fi
 	@if [ -n "$$(gofmt -l $$(git ls-files '*.go'))" ]; then \
 		echo "Not gofmt'd:"; gofmt -l $$(git ls-files '*.go'); exit 1; fi
 	go vet ./...
 	cd hack/tools/kubernetes && go mod verify >/dev/null
+	@# Every module's run, even after one fails: one verify lists all findings.
+	lint="$$(hack/ensure-golangci-lint.sh)" || exit 1; ok=true; \
+		"$$lint" run ./... || ok=false; \
+		(cd test/e2e && "$$lint" run --build-tags e2e ./...) || ok=false; \
+		(cd images/pause && "$$lint" run ./...) || ok=false; \
+		$$ok
 	hack/ensure-shellcheck.sh
 	shellcheck -x $(SHELL_SCRIPTS)
 	hack/verify-docs.sh

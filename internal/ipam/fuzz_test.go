@@ -140,80 +140,116 @@ func FuzzAllocator(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		model := map[string][]netip.Prefix{}
+		run := &fuzzRun{t: t, r: r, cfg: cfg, a: a, model: map[string][]netip.Prefix{}}
 		for len(r.b) > 0 {
 			op, owner := r.next(), fmt.Sprint("ns/m", r.next()%8)
 			switch op % 6 {
-			case 0, 1: // allocate
-				before := model[owner]
-				got, err := a.Allocate(owner)
-				if err != nil {
-					if !errors.Is(err, ErrExhausted) {
-						t.Fatalf("Allocate(%q): %v", owner, err)
-					}
-					break
-				}
-				if len(got) != len(cfg.ClusterCIDRs) {
-					t.Fatalf("Allocate(%q) = %v: not one per family", owner, got)
-				}
-				for _, p := range got {
-					if !slices.Contains(before, p) && p.Bits() != nodeMask(cfg, p) {
-						t.Fatalf("Allocate(%q) = %v: %s is not of the node mask size", owner, got, p)
-					}
-				}
-				for _, p := range before {
-					if !slices.Contains(got, p) {
-						t.Fatalf("Allocate(%q) = %v dropped held %s", owner, got, p)
-					}
-				}
-				model[owner] = got
-			case 2: // release, then allocating again must work
-				held := model[owner]
-				if rel := a.Release(owner); rel != (held != nil) {
-					t.Fatalf("Release(%q) = %v, model holds %v", owner, rel, held)
-				}
-				delete(model, owner)
-				if len(held) == len(cfg.ClusterCIDRs) && r.next()%2 == 0 {
-					checkInvariants(t, a, model)
-					got, err := a.Allocate(owner)
-					if err != nil {
-						t.Fatalf("Allocate(%q) right after releasing %v: %v", owner, held, err)
-					}
-					model[owner] = got
-				}
-			case 3, 4: // occupy one or two CIDRs
-				cidrs := []netip.Prefix{fuzzPrefix(r, cfg)}
-				if r.next()%3 == 0 {
-					cidrs = append(cidrs, fuzzPrefix(r, cfg))
-				}
-				err := a.Occupy(owner, cidrs)
-				if err != nil {
-					if !errors.Is(err, ErrOutOfRange) && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrInvalidArgument) {
-						t.Fatalf("Occupy(%q, %v): untyped error %v", owner, cidrs, err)
-					}
-					break
-				}
-				got, _ := a.Get(owner)
-				for _, c := range cidrs {
-					if !slices.Contains(got, c.Masked()) {
-						t.Fatalf("Occupy(%q, %v) succeeded but owner holds %v", owner, cidrs, got)
-					}
-				}
-				model[owner] = got
-			case 5: // restart: rebuild from the records
-				records := a.Allocations()
-				b, errs := Rebuild(cfg, records)
-				if len(errs) != 0 {
-					t.Fatalf("Rebuild of valid records: %v", errs)
-				}
-				if !slices.Equal(a.Usage(), b.Usage()) {
-					t.Fatalf("Usage after Rebuild %+v, before %+v", b.Usage(), a.Usage())
-				}
-				a = b
+			case 0, 1:
+				run.allocate(owner)
+			case 2:
+				run.release(owner)
+			case 3, 4:
+				run.occupy(owner)
+			case 5:
+				run.restart()
 			}
-			checkInvariants(t, a, model)
+			checkInvariants(t, run.a, run.model)
 		}
 	})
+}
+
+// fuzzRun is one FuzzAllocator input's run: the allocator under test, the
+// model of what it must hold, and the fuzz bytes the operations read.
+type fuzzRun struct {
+	t     *testing.T
+	r     *byteReader
+	cfg   Config
+	a     *Allocator
+	model map[string][]netip.Prefix
+}
+
+// allocate checks that an allocation keeps what owner held and adds one
+// node subnet of each family it lacked, or fails only on exhaustion.
+func (f *fuzzRun) allocate(owner string) {
+	t := f.t
+	before := f.model[owner]
+	got, err := f.a.Allocate(owner)
+	if err != nil {
+		if !errors.Is(err, ErrExhausted) {
+			t.Fatalf("Allocate(%q): %v", owner, err)
+		}
+		return
+	}
+	if len(got) != len(f.cfg.ClusterCIDRs) {
+		t.Fatalf("Allocate(%q) = %v: not one per family", owner, got)
+	}
+	for _, p := range got {
+		if !slices.Contains(before, p) && p.Bits() != nodeMask(f.cfg, p) {
+			t.Fatalf("Allocate(%q) = %v: %s is not of the node mask size", owner, got, p)
+		}
+	}
+	for _, p := range before {
+		if !slices.Contains(got, p) {
+			t.Fatalf("Allocate(%q) = %v dropped held %s", owner, got, p)
+		}
+	}
+	f.model[owner] = got
+}
+
+// release checks that a release frees what owner held, and sometimes that
+// allocating again right after works.
+func (f *fuzzRun) release(owner string) {
+	t := f.t
+	held := f.model[owner]
+	if rel := f.a.Release(owner); rel != (held != nil) {
+		t.Fatalf("Release(%q) = %v, model holds %v", owner, rel, held)
+	}
+	delete(f.model, owner)
+	if len(held) == len(f.cfg.ClusterCIDRs) && f.r.next()%2 == 0 {
+		checkInvariants(t, f.a, f.model)
+		got, err := f.a.Allocate(owner)
+		if err != nil {
+			t.Fatalf("Allocate(%q) right after releasing %v: %v", owner, held, err)
+		}
+		f.model[owner] = got
+	}
+}
+
+// occupy has owner occupy one or two fuzzed CIDRs: it must hold them
+// after, or get a typed error.
+func (f *fuzzRun) occupy(owner string) {
+	t := f.t
+	cidrs := []netip.Prefix{fuzzPrefix(f.r, f.cfg)}
+	if f.r.next()%3 == 0 {
+		cidrs = append(cidrs, fuzzPrefix(f.r, f.cfg))
+	}
+	if err := f.a.Occupy(owner, cidrs); err != nil {
+		if !errors.Is(err, ErrOutOfRange) && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("Occupy(%q, %v): untyped error %v", owner, cidrs, err)
+		}
+		return
+	}
+	got, _ := f.a.Get(owner)
+	for _, c := range cidrs {
+		if !slices.Contains(got, c.Masked()) {
+			t.Fatalf("Occupy(%q, %v) succeeded but owner holds %v", owner, cidrs, got)
+		}
+	}
+	f.model[owner] = got
+}
+
+// restart rebuilds the allocator from its records, as the manager does on
+// a restart: the usage must come out the same.
+func (f *fuzzRun) restart() {
+	t := f.t
+	b, errs := Rebuild(f.cfg, f.a.Allocations())
+	if len(errs) != 0 {
+		t.Fatalf("Rebuild of valid records: %v", errs)
+	}
+	if !slices.Equal(f.a.Usage(), b.Usage()) {
+		t.Fatalf("Usage after Rebuild %+v, before %+v", b.Usage(), f.a.Usage())
+	}
+	f.a = b
 }
 
 func nodeMask(cfg Config, p netip.Prefix) int {

@@ -235,36 +235,49 @@ func (b *renderBudget) printfBound(format string, args []any) (int, error) {
 		for i < len(format) && bytes.IndexByte([]byte("+-# 0"), format[i]) >= 0 {
 			i++
 		}
-		for _, part := range []string{"width", "precision"} {
-			if part == "precision" {
-				if i >= len(format) || format[i] != '.' {
-					break
-				}
-				i++
-			}
-			i = skipArgIndex(format, i)
-			if i < len(format) && format[i] == '*' {
-				return 0, fmt.Errorf("%w: printf takes a %s from an operand (*)", ErrTemplateRefused, part)
-			}
-			start := i
-			for i < len(format) && format[i] >= '0' && format[i] <= '9' {
-				i++
-			}
-			if i == start {
-				continue
-			}
-			n, err := strconv.Atoi(format[start:i])
-			if err != nil || n > b.value {
-				return 0, fmt.Errorf("%w: printf %s %s is more than %d", ErrTemplateRefused, part, format[start:i], b.value)
-			}
-			bound += n
+		next, size, err := b.widthAndPrecision(format, i)
+		if err != nil {
+			return 0, err
 		}
-		i = skipArgIndex(format, i)
+		bound += size
+		i = skipArgIndex(format, next)
 		if i < len(format) && format[i] != '%' {
 			bound += perVerb
 		}
 	}
 	return bound, nil
+}
+
+// widthAndPrecision reads the width and precision of the verb whose flags
+// end at format[i], and returns the index after them and their sum (what
+// they can add to the verb's output).
+func (b *renderBudget) widthAndPrecision(format string, i int) (int, int, error) {
+	sum := 0
+	for _, part := range []string{"width", "precision"} {
+		if part == "precision" {
+			if i >= len(format) || format[i] != '.' {
+				break
+			}
+			i++
+		}
+		i = skipArgIndex(format, i)
+		if i < len(format) && format[i] == '*' {
+			return 0, 0, fmt.Errorf("%w: printf takes a %s from an operand (*)", ErrTemplateRefused, part)
+		}
+		start := i
+		for i < len(format) && format[i] >= '0' && format[i] <= '9' {
+			i++
+		}
+		if i == start {
+			continue
+		}
+		n, err := strconv.Atoi(format[start:i])
+		if err != nil || n > b.value {
+			return 0, 0, fmt.Errorf("%w: printf %s %s is more than %d", ErrTemplateRefused, part, format[start:i], b.value)
+		}
+		sum += n
+	}
+	return i, sum, nil
 }
 
 // skipArgIndex skips an explicit operand index such as [2] at format[i:].

@@ -77,31 +77,7 @@ func TestLaunchGivesEachMachineItsOwnStaticAddress(t *testing.T) {
 				}
 			}
 			ms, _ := rt.List(context.Background(), nil)
-			seen := map[netip.Addr]string{}
-			for _, m := range ms {
-				for _, pair := range [][2]netip.Addr{{m.StaticIPv4, m.IPv4}, {m.StaticIPv6, m.IPv6}} {
-					static, current := pair[0], pair[1]
-					if (static.Is4() && !n.IPv4Subnet.IsValid()) || (static.Is6() && !n.IPv6Subnet.IsValid()) {
-						t.Fatalf("%s got %s in a family the network lacks", m.Name, static)
-					}
-					if static != current {
-						t.Fatalf("%s runs on %s, not its static address %s", m.Name, current, static)
-					}
-					if !static.IsValid() {
-						continue
-					}
-					if other, ok := seen[static]; ok {
-						t.Fatalf("%s handed to %s and %s", static, other, m.Name)
-					}
-					seen[static] = m.Name
-					if n.DynamicIPv4Range.Contains(static) || n.DynamicIPv6Range.Contains(static) {
-						t.Fatalf("%s of %s lies in the engine's dynamic range", static, m.Name)
-					}
-				}
-				if family.HasIPv6() && !m.StaticIPv6.IsValid() || !m.StaticIPv4.IsValid() {
-					t.Fatalf("%s lacks a static address: %v %v", m.Name, m.StaticIPv4, m.StaticIPv6)
-				}
-			}
+			seen := checkStaticAddresses(t, n, family, ms)
 			if n := slow.inUse.Load(); n != 0 {
 				t.Fatalf("%d launches picked an address another launch was about to take", n)
 			}
@@ -114,6 +90,39 @@ func TestLaunchGivesEachMachineItsOwnStaticAddress(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkStaticAddresses checks that each machine of ms runs on static
+// addresses of its own, one per family of the network n (of family), out
+// of the engine's dynamic range; it returns who holds each address.
+func checkStaticAddresses(t *testing.T, n container.Network, family container.IPFamily, ms []container.Machine) map[netip.Addr]string {
+	t.Helper()
+	seen := map[netip.Addr]string{}
+	for _, m := range ms {
+		for _, pair := range [][2]netip.Addr{{m.StaticIPv4, m.IPv4}, {m.StaticIPv6, m.IPv6}} {
+			static, current := pair[0], pair[1]
+			if (static.Is4() && !n.IPv4Subnet.IsValid()) || (static.Is6() && !n.IPv6Subnet.IsValid()) {
+				t.Fatalf("%s got %s in a family the network lacks", m.Name, static)
+			}
+			if static != current {
+				t.Fatalf("%s runs on %s, not its static address %s", m.Name, current, static)
+			}
+			if !static.IsValid() {
+				continue
+			}
+			if other, ok := seen[static]; ok {
+				t.Fatalf("%s handed to %s and %s", static, other, m.Name)
+			}
+			seen[static] = m.Name
+			if n.DynamicIPv4Range.Contains(static) || n.DynamicIPv6Range.Contains(static) {
+				t.Fatalf("%s of %s lies in the engine's dynamic range", static, m.Name)
+			}
+		}
+		if family.HasIPv6() && !m.StaticIPv6.IsValid() || !m.StaticIPv4.IsValid() {
+			t.Fatalf("%s lacks a static address: %v %v", m.Name, m.StaticIPv4, m.StaticIPv6)
+		}
+	}
+	return seen
 }
 
 func TestLaunchSkipsForeignAndStoppedHolders(t *testing.T) {

@@ -84,9 +84,7 @@ const legacyBridge = "capct0"
 // place. Arguments are passed to the script, never spliced into it.
 func ProbeCommand(podCIDRs, clusterCIDRs []netip.Prefix) []string {
 	cmd := []string{"sh", "-c", probeScript, "sh"}
-	for _, fam := range families(clusterCIDRs) {
-		cmd = append(cmd, fam)
-	}
+	cmd = append(cmd, families(clusterCIDRs)...)
 	cmd = append(cmd, "--")
 	for _, own := range podCIDRs {
 		for _, cluster := range clusterCIDRs {

@@ -314,55 +314,7 @@ func TestCNIConfig(t *testing.T) {
 			if conf.CNIVersion != "1.0.0" || conf.Name != "capct" || len(conf.Plugins) != 2 {
 				t.Fatalf("%s", b)
 			}
-			var ptp struct {
-				Type   string `json:"type"`
-				MTU    *int   `json:"mtu"`
-				IPMasq *bool  `json:"ipMasq"`
-				IPAM   struct {
-					Type   string                `json:"type"`
-					Ranges [][]map[string]string `json:"ranges"`
-					Routes []map[string]string   `json:"routes"`
-				} `json:"ipam"`
-			}
-			var pm struct {
-				Type         string          `json:"type"`
-				Capabilities map[string]bool `json:"capabilities"`
-			}
-			if err := json.Unmarshal(mustJSON(t, conf.Plugins[0]), &ptp); err != nil {
-				t.Fatal(err)
-			}
-			if err := json.Unmarshal(mustJSON(t, conf.Plugins[1]), &pm); err != nil {
-				t.Fatal(err)
-			}
-			// ptp, and nothing of another plugin's settings (bridge,
-			// isGateway, hairpinMode) that would say it was meant.
-			wantKeys := []string{"ipMasq", "ipam", "type"}
-			if tc.mtu != 0 {
-				wantKeys = []string{"ipMasq", "ipam", "mtu", "type"}
-			}
-			if keys := slices.Sorted(maps.Keys(conf.Plugins[0])); !slices.Equal(keys, wantKeys) {
-				t.Fatalf("first plugin has %v, want %v: %s", keys, wantKeys, b)
-			}
-			// Masquerading is ProbeCommand's narrower rule, never ptp's.
-			if ptp.Type != "ptp" || ptp.IPMasq == nil || *ptp.IPMasq || ptp.IPAM.Type != "host-local" {
-				t.Fatalf("ptp plugin: %s", b)
-			}
-			if tc.mtu != 0 && (ptp.MTU == nil || *ptp.MTU != tc.mtu) {
-				t.Fatalf("ptp plugin mtu %v, want %d: %s", ptp.MTU, tc.mtu, b)
-			}
-			var ranges, routes []string
-			for _, r := range ptp.IPAM.Ranges {
-				if len(r) != 1 || len(r[0]) != 1 {
-					t.Fatalf("range set %v: one range per family, its subnet only", r)
-				}
-				ranges = append(ranges, r[0]["subnet"])
-			}
-			for _, r := range ptp.IPAM.Routes {
-				if len(r) != 1 {
-					t.Fatalf("route %v: a default route through the range's gateway has only dst", r)
-				}
-				routes = append(routes, r["dst"])
-			}
+			ptp, pm, ranges, routes := checkPlugins(t, b, conf.Plugins, tc.mtu)
 			if !slices.Equal(ranges, tc.ranges) || !slices.Equal(routes, tc.routes) {
 				t.Fatalf("ranges %v routes %v", ranges, routes)
 			}
@@ -431,4 +383,64 @@ func TestProbeCommand(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cniPTP and cniPortmap are the two plugins of CAPCT's CNI configuration
+// as TestCNIConfig reads them.
+type cniPTP struct {
+	Type   string `json:"type"`
+	MTU    *int   `json:"mtu"`
+	IPMasq *bool  `json:"ipMasq"`
+	IPAM   struct {
+		Type   string                `json:"type"`
+		Ranges [][]map[string]string `json:"ranges"`
+		Routes []map[string]string   `json:"routes"`
+	} `json:"ipam"`
+}
+
+type cniPortmap struct {
+	Type         string          `json:"type"`
+	Capabilities map[string]bool `json:"capabilities"`
+}
+
+// checkPlugins decodes the configuration b's two plugins, checks the ptp
+// plugin's own settings for mtu, and returns both with the ranges' subnets
+// and the routes' destinations.
+func checkPlugins(t *testing.T, b []byte, plugins []map[string]json.RawMessage, mtu int) (ptp cniPTP, pm cniPortmap, ranges, routes []string) {
+	t.Helper()
+	if err := json.Unmarshal(mustJSON(t, plugins[0]), &ptp); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(mustJSON(t, plugins[1]), &pm); err != nil {
+		t.Fatal(err)
+	}
+	// ptp, and nothing of another plugin's settings (bridge, isGateway,
+	// hairpinMode) that would say it was meant.
+	wantKeys := []string{"ipMasq", "ipam", "type"}
+	if mtu != 0 {
+		wantKeys = []string{"ipMasq", "ipam", "mtu", "type"}
+	}
+	if keys := slices.Sorted(maps.Keys(plugins[0])); !slices.Equal(keys, wantKeys) {
+		t.Fatalf("first plugin has %v, want %v: %s", keys, wantKeys, b)
+	}
+	// Masquerading is ProbeCommand's narrower rule, never ptp's.
+	if ptp.Type != "ptp" || ptp.IPMasq == nil || *ptp.IPMasq || ptp.IPAM.Type != "host-local" {
+		t.Fatalf("ptp plugin: %s", b)
+	}
+	if mtu != 0 && (ptp.MTU == nil || *ptp.MTU != mtu) {
+		t.Fatalf("ptp plugin mtu %v, want %d: %s", ptp.MTU, mtu, b)
+	}
+	for _, r := range ptp.IPAM.Ranges {
+		if len(r) != 1 || len(r[0]) != 1 {
+			t.Fatalf("range set %v: one range per family, its subnet only", r)
+		}
+		ranges = append(ranges, r[0]["subnet"])
+	}
+	for _, r := range ptp.IPAM.Routes {
+		if len(r) != 1 {
+			t.Fatalf("route %v: a default route through the range's gateway has only dst", r)
+		}
+		routes = append(routes, r["dst"])
+	}
+	return ptp, pm, ranges, routes
 }

@@ -64,19 +64,10 @@ func planIgnition(data []byte) (Result, error) {
 		return Result{}, errors.New("not a JSON object")
 	}
 	var r Result
-	var meta map[string]json.RawMessage
-	if err := json.Unmarshal(top["ignition"], &meta); err != nil || meta == nil {
-		return Result{}, errors.New("no ignition section")
+	meta, v2, err := ignitionVersion(top)
+	if err != nil {
+		return Result{}, err
 	}
-	var version string
-	if err := json.Unmarshal(meta["version"], &version); err != nil || version == "" {
-		return Result{}, errors.New("ignition.version missing or not a string")
-	}
-	major, _, _ := strings.Cut(version, ".")
-	if major != "2" && major != "3" {
-		return Result{}, fmt.Errorf("unsupported ignition.version %q (want 2.x or 3.x)", version)
-	}
-	v2 := major == "2"
 
 	storage, err := section(top, "storage")
 	if err != nil {
@@ -91,74 +82,128 @@ func planIgnition(data []byte) (Result, error) {
 	r.Ignored = append(r.Ignored, ignoredKeys("storage.", storage, "files")...)
 	r.Ignored = append(r.Ignored, ignoredKeys("systemd.", systemd, "units")...)
 
-	if raw := storage["files"]; !isNull(raw) {
-		var files []json.RawMessage
-		if err := json.Unmarshal(raw, &files); err != nil {
-			return Result{}, errors.New("storage.files: not a list")
-		}
-		var budget decodedBudget
-		for i, raw := range files {
-			steps, err := ignitionFile(raw, v2)
-			if err != nil {
-				return Result{}, fmt.Errorf("storage.files[%d]: %w", i, err)
-			}
-			for _, s := range steps {
-				if err := budget.spend(s.File.Content); err != nil {
-					return Result{}, fmt.Errorf("storage.files[%d]: %w", i, err)
-				}
-			}
-			r.Steps = append(r.Steps, steps...)
-		}
+	steps, err := ignitionFiles(storage["files"], v2)
+	if err != nil {
+		return Result{}, err
 	}
-
-	if raw := systemd["units"]; !isNull(raw) {
-		var units []ignUnit
-		if err := json.Unmarshal(raw, &units); err != nil {
-			return Result{}, fmt.Errorf("systemd.units: %w", jsonFieldError(err))
-		}
-		var enable []string
-		written, masked := false, false
-		for i, u := range units {
-			if err := checkUnitName(u.Name); err != nil {
-				return Result{}, fmt.Errorf("systemd.units[%d]: %w", i, err)
-			}
-			if u.Contents != nil {
-				r.Steps = append(r.Steps, Step{File: &File{
-					Path: systemdUnitDir + "/" + u.Name, Content: []byte(*u.Contents), Mode: DefaultFileMode,
-				}})
-				written = true
-			}
-			for j, d := range u.Dropins {
-				if err := checkUnitName(d.Name); err != nil {
-					return Result{}, fmt.Errorf("systemd.units[%d].dropins[%d]: %w", i, j, err)
-				}
-				if d.Contents == nil {
-					continue
-				}
-				r.Steps = append(r.Steps, Step{File: &File{
-					Path: systemdUnitDir + "/" + u.Name + ".d/" + d.Name, Content: []byte(*d.Contents), Mode: DefaultFileMode,
-				}})
-				written = true
-			}
-			if u.Mask {
-				masked = true
-			}
-			if (u.Enabled != nil && *u.Enabled) || (u.Enable && v2) {
-				enable = append(enable, u.Name)
-			}
-		}
-		if masked {
-			r.Ignored = append(r.Ignored, "systemd.units.mask")
-		}
-		if written {
-			r.Steps = append(r.Steps, Step{Command: []string{"systemctl", "daemon-reload"}})
-		}
-		for _, name := range enable {
-			r.Steps = append(r.Steps, Step{Command: []string{"systemctl", "enable", "--now", name}})
-		}
+	r.Steps = append(r.Steps, steps...)
+	steps, ignored, err := ignitionUnits(systemd["units"], v2)
+	if err != nil {
+		return Result{}, err
 	}
+	r.Steps = append(r.Steps, steps...)
+	r.Ignored = append(r.Ignored, ignored...)
 	sort.Strings(r.Ignored)
 	return r, nil
+}
+
+// ignitionVersion returns the ignition section of the config top and
+// whether the config is of spec 2.x (else 3.x, the only other supported).
+func ignitionVersion(top map[string]json.RawMessage) (meta map[string]json.RawMessage, v2 bool, err error) {
+	if err := json.Unmarshal(top["ignition"], &meta); err != nil || meta == nil {
+		return nil, false, errors.New("no ignition section")
+	}
+	var version string
+	if err := json.Unmarshal(meta["version"], &version); err != nil || version == "" {
+		return nil, false, errors.New("ignition.version missing or not a string")
+	}
+	major, _, _ := strings.Cut(version, ".")
+	if major != "2" && major != "3" {
+		return nil, false, fmt.Errorf("unsupported ignition.version %q (want 2.x or 3.x)", version)
+	}
+	return meta, major == "2", nil
+}
+
+// ignitionFiles turns storage.files (raw, null when absent) into the steps
+// writing them, within one budget of decoded content.
+func ignitionFiles(raw json.RawMessage, v2 bool) ([]Step, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var files []json.RawMessage
+	if err := json.Unmarshal(raw, &files); err != nil {
+		return nil, errors.New("storage.files: not a list")
+	}
+	var out []Step
+	var budget decodedBudget
+	for i, raw := range files {
+		steps, err := ignitionFile(raw, v2)
+		if err != nil {
+			return nil, fmt.Errorf("storage.files[%d]: %w", i, err)
+		}
+		for _, s := range steps {
+			if err := budget.spend(s.File.Content); err != nil {
+				return nil, fmt.Errorf("storage.files[%d]: %w", i, err)
+			}
+		}
+		out = append(out, steps...)
+	}
+	return out, nil
+}
+
+// ignitionUnits turns systemd.units (raw, null when absent) into the steps
+// writing the units and their dropins, reloading systemd after any was
+// written, and enabling the enabled ones; masking is ignored, and said so.
+func ignitionUnits(raw json.RawMessage, v2 bool) (steps []Step, ignored []string, err error) {
+	if isNull(raw) {
+		return nil, nil, nil
+	}
+	var units []ignUnit
+	if err := json.Unmarshal(raw, &units); err != nil {
+		return nil, nil, fmt.Errorf("systemd.units: %w", jsonFieldError(err))
+	}
+	var enable []string
+	written, masked := false, false
+	for i, u := range units {
+		files, err := ignitionUnitFiles(i, u)
+		if err != nil {
+			return nil, nil, err
+		}
+		steps = append(steps, files...)
+		written = written || len(files) > 0
+		if u.Mask {
+			masked = true
+		}
+		if (u.Enabled != nil && *u.Enabled) || (u.Enable && v2) {
+			enable = append(enable, u.Name)
+		}
+	}
+	if masked {
+		ignored = append(ignored, "systemd.units.mask")
+	}
+	if written {
+		steps = append(steps, Step{Command: []string{"systemctl", "daemon-reload"}})
+	}
+	for _, name := range enable {
+		steps = append(steps, Step{Command: []string{"systemctl", "enable", "--now", name}})
+	}
+	return steps, ignored, nil
+}
+
+// ignitionUnitFiles returns the steps writing the unit u, systemd.units[i],
+// and those of its dropins that have contents.
+func ignitionUnitFiles(i int, u ignUnit) ([]Step, error) {
+	var steps []Step
+	if err := checkUnitName(u.Name); err != nil {
+		return nil, fmt.Errorf("systemd.units[%d]: %w", i, err)
+	}
+	if u.Contents != nil {
+		steps = append(steps, Step{File: &File{
+			Path: systemdUnitDir + "/" + u.Name, Content: []byte(*u.Contents), Mode: DefaultFileMode,
+		}})
+	}
+	for j, d := range u.Dropins {
+		if err := checkUnitName(d.Name); err != nil {
+			return nil, fmt.Errorf("systemd.units[%d].dropins[%d]: %w", i, j, err)
+		}
+		if d.Contents == nil {
+			continue
+		}
+		steps = append(steps, Step{File: &File{
+			Path: systemdUnitDir + "/" + u.Name + ".d/" + d.Name, Content: []byte(*d.Contents), Mode: DefaultFileMode,
+		}})
+	}
+	return steps, nil
 }
 
 // section returns a top-level object (storage, systemd), nil when absent.
@@ -249,44 +294,9 @@ func ignitionFile(raw json.RawMessage, v2 bool) ([]Step, error) {
 		}
 	}
 	owner := ignitionOwner(f.User, f.Group)
-
-	// What to write: in 3.x the contents (if given, or if there is nothing
-	// to append) replace the file, then each append resource is appended;
-	// in 2.x the contents are appended when append is true.
-	type piece struct {
-		res    ignResource
-		append bool
-	}
-	var pieces []piece
-	if v2 {
-		appendMode := false
-		if !isNull(f.Append) {
-			if err := json.Unmarshal(f.Append, &appendMode); err != nil {
-				return nil, fmt.Errorf("%s: append is not a boolean (spec 2.x)", p)
-			}
-		}
-		var res ignResource
-		if f.Contents != nil {
-			res = *f.Contents
-		}
-		pieces = append(pieces, piece{res, appendMode})
-	} else {
-		var appends []ignResource
-		if !isNull(f.Append) {
-			if err := json.Unmarshal(f.Append, &appends); err != nil {
-				return nil, fmt.Errorf("%s: append is not a list of resources (spec 3.x)", p)
-			}
-		}
-		if f.Contents != nil || len(appends) == 0 {
-			var res ignResource
-			if f.Contents != nil {
-				res = *f.Contents
-			}
-			pieces = append(pieces, piece{res, false})
-		}
-		for _, a := range appends {
-			pieces = append(pieces, piece{a, true})
-		}
+	pieces, err := ignitionPieces(f, v2)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 
 	steps := make([]Step, 0, len(pieces))
@@ -301,6 +311,47 @@ func ignitionFile(raw json.RawMessage, v2 bool) ([]Step, error) {
 		steps = append(steps, Step{File: &File{Path: p, Content: content, Mode: mode, Owner: owner, Append: pc.append}})
 	}
 	return steps, nil
+}
+
+// ignPiece is one write of a file: its contents replace the file, or are
+// appended to it.
+type ignPiece struct {
+	res    ignResource
+	append bool
+}
+
+// ignitionPieces returns what to write to the file f: in 3.x the contents
+// (if given, or if there is nothing to append) replace the file, then each
+// append resource is appended; in 2.x the contents are appended when
+// append is true.
+func ignitionPieces(f ignFile, v2 bool) ([]ignPiece, error) {
+	var contents ignResource
+	if f.Contents != nil {
+		contents = *f.Contents
+	}
+	if v2 {
+		appendMode := false
+		if !isNull(f.Append) {
+			if err := json.Unmarshal(f.Append, &appendMode); err != nil {
+				return nil, errors.New("append is not a boolean (spec 2.x)")
+			}
+		}
+		return []ignPiece{{contents, appendMode}}, nil
+	}
+	var appends []ignResource
+	if !isNull(f.Append) {
+		if err := json.Unmarshal(f.Append, &appends); err != nil {
+			return nil, errors.New("append is not a list of resources (spec 3.x)")
+		}
+	}
+	var pieces []ignPiece
+	if f.Contents != nil || len(appends) == 0 {
+		pieces = append(pieces, ignPiece{contents, false})
+	}
+	for _, a := range appends {
+		pieces = append(pieces, ignPiece{a, true})
+	}
+	return pieces, nil
 }
 
 // ignitionOwner renders Ignition's user and group as "user:group"; a missing

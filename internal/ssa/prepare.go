@@ -121,8 +121,8 @@ func requestHash(fieldOwner string, sub subresource, body *unstructured.Unstruct
 	}
 	h := sha256.New()
 	// Length-prefix the owner so that owner and subresource cannot run into
-	// each other.
-	fmt.Fprintf(h, "%d:%s\x00%s\x00", len(fieldOwner), fieldOwner, sub)
+	// each other. A hash's Write never returns an error.
+	_, _ = fmt.Fprintf(h, "%d:%s\x00%s\x00", len(fieldOwner), fieldOwner, sub)
 	h.Write(b)
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

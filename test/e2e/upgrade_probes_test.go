@@ -364,7 +364,7 @@ func getCoreDNSMetrics(ctx context.Context, c *http.Client, url string) error {
 	if err != nil {
 		return err // already names the URL
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	// The families come sorted, coredns_ before go_ and process_.
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if err != nil {

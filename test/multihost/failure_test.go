@@ -87,7 +87,7 @@ func iptables(t *testing.T, args []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w"}, args...)...).CombinedOutput()
-	if err != nil && !(args[0] == "-D" && strings.Contains(string(out), "does a matching rule exist")) {
+	if err != nil && (args[0] != "-D" || !strings.Contains(string(out), "does a matching rule exist")) {
 		t.Fatalf("iptables %v: %v: %s", args, err, out)
 	}
 }

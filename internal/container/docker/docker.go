@@ -769,7 +769,9 @@ func (r *Runtime) exec(ctx context.Context, id, name string, in container.ExecIn
 	case err = <-outDone:
 	case <-ctx.Done():
 		hj.Close()
-		<-outDone
+		// The copy ends on the closed connection; its error says only
+		// that, and ctx's says why.
+		<-outDone //nolint:errcheck // the closed connection's error, explained by ctx's
 		return container.ExecResult{}, timedOut(ctx.Err())
 	}
 	if err != nil {
@@ -866,7 +868,7 @@ func (r *Runtime) ReadFile(ctx context.Context, name, p string) ([]byte, error) 
 	for {
 		h, err := tr.Next()
 		if err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				err = errors.New("archive holds no file")
 			}
 			return nil, wrap(op, "container", name, err)
@@ -1016,39 +1018,11 @@ func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (
 		for {
 			sctx, cancel := context.WithCancel(ctx)
 			msgs, errs := r.cli.Events(sctx, events.ListOptions{Filters: f, Since: since})
-			func() {
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case <-errs:
-						return
-					case m := <-msgs:
-						backoff = 100 * time.Millisecond
-						// Resume strictly after this event after a reconnect.
-						if m.TimeNano > 0 {
-							since = fmt.Sprintf("%d.%09d", (m.TimeNano+1)/1e9, (m.TimeNano+1)%1e9)
-						}
-						attrs := m.Actor.Attributes
-						labels := map[string]string{}
-						for k, v := range attrs {
-							if !notLabels[k] {
-								labels[k] = v
-							}
-						}
-						if !container.MatchesSelector(labels, labelSelector) {
-							continue
-						}
-						ev := container.Event{Type: r.eventType(string(m.Action)), Name: attrs["name"], ID: m.Actor.ID,
-							Labels: labels, Time: time.Unix(0, m.TimeNano)}
-						select {
-						case out <- ev:
-						case <-ctx.Done():
-							return
-						}
-					}
-				}
-			}()
+			var received bool
+			since, received = r.forwardEvents(ctx, msgs, errs, labelSelector, out, since)
+			if received {
+				backoff = 100 * time.Millisecond
+			}
 			cancel()
 			if ctx.Err() != nil {
 				return
@@ -1067,6 +1041,56 @@ func (r *Runtime) Events(ctx context.Context, labelSelector map[string]string) (
 		}
 	}()
 	return out, nil
+}
+
+// forwardEvents sends the events of one stream that match labelSelector to
+// out, until the stream or ctx ends. It returns where a new stream resumes,
+// just after the last event received (since when none came), and whether
+// any came, which resets the reconnects' backoff.
+func (r *Runtime) forwardEvents(ctx context.Context, msgs <-chan events.Message, errs <-chan error,
+	labelSelector map[string]string, out chan<- container.Event, since string) (string, bool) {
+	received := false
+	for {
+		select {
+		case <-ctx.Done():
+			return since, received
+		case <-errs: //nolint:errcheck // whatever ended the stream, Events reconnects from the last event seen
+			return since, received
+		case m := <-msgs:
+			received = true
+			// Resume strictly after this event after a reconnect.
+			if m.TimeNano > 0 {
+				since = fmt.Sprintf("%d.%09d", (m.TimeNano+1)/1e9, (m.TimeNano+1)%1e9)
+			}
+			ev, ok := r.event(m, labelSelector)
+			if !ok {
+				continue
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return since, received
+			}
+		}
+	}
+}
+
+// event is the engine's event m as the seam's, and whether its container's
+// labels match labelSelector. The event's attributes hold the container's
+// labels and keys of the engine's own (notLabels).
+func (r *Runtime) event(m events.Message, labelSelector map[string]string) (container.Event, bool) {
+	attrs := m.Actor.Attributes
+	labels := map[string]string{}
+	for k, v := range attrs {
+		if !notLabels[k] {
+			labels[k] = v
+		}
+	}
+	if !container.MatchesSelector(labels, labelSelector) {
+		return container.Event{}, false
+	}
+	return container.Event{Type: r.eventType(string(m.Action)), Name: attrs["name"], ID: m.Actor.ID,
+		Labels: labels, Time: time.Unix(0, m.TimeNano)}, true
 }
 
 // onTmpfs reports whether p lies on one of the container's tmpfs mounts

@@ -454,15 +454,7 @@ func podmanSpecFrom(name string, cfg *dcontainer.Config, hc *dcontainer.HostConf
 	}
 	if hc.NetworkMode != "" {
 		s.NetNS = &podmanNamespace{NSMode: "bridge"}
-		opts := podmanNetworkOpts{}
-		if ep := nc.EndpointsConfig[string(hc.NetworkMode)]; ep != nil && ep.IPAMConfig != nil {
-			for _, a := range []string{ep.IPAMConfig.IPv4Address, ep.IPAMConfig.IPv6Address} {
-				if a != "" {
-					opts.StaticIPs = append(opts.StaticIPs, a)
-				}
-			}
-		}
-		s.Networks = map[string]podmanNetworkOpts{string(hc.NetworkMode): opts}
+		s.Networks = map[string]podmanNetworkOpts{string(hc.NetworkMode): podmanNetworkOptsFrom(nc.EndpointsConfig[string(hc.NetworkMode)])}
 	}
 	for port, bindings := range hc.PortBindings {
 		for _, b := range bindings {
@@ -471,29 +463,7 @@ func podmanSpecFrom(name string, cfg *dcontainer.Config, hc *dcontainer.HostConf
 				HostPort: uint16(hp), Protocol: port.Proto()})
 		}
 	}
-	for _, m := range hc.Mounts {
-		opts := []string{"rbind"}
-		if m.ReadOnly {
-			opts = append(opts, "ro")
-		}
-		s.Mounts = append(s.Mounts, podmanMount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
-	}
-	for _, b := range hc.Binds {
-		parts := strings.Split(b, ":")
-		opts := []string{"rbind"}
-		if len(parts) == 3 {
-			opts = append(opts, parts[2])
-		}
-		s.Mounts = append(s.Mounts, podmanMount{Destination: parts[1], Type: "bind", Source: parts[0], Options: opts})
-	}
-	for dest, opts := range hc.Tmpfs {
-		m := podmanMount{Destination: dest, Type: "tmpfs", Source: "tmpfs", Options: []string{"rw", "nosuid", "nodev"}}
-		if opts != "" {
-			m.Options = strings.Split(opts, ",")
-		}
-		s.Mounts = append(s.Mounts, m)
-	}
-	sort.Slice(s.Mounts, func(i, j int) bool { return s.Mounts[i].Destination < s.Mounts[j].Destination })
+	s.Mounts = podmanMountsFrom(hc)
 	for dest := range cfg.Volumes {
 		// No name: an anonymous volume, removed with the container.
 		s.Volumes = append(s.Volumes, podmanVolume{Dest: dest, Options: []string{}})
@@ -515,4 +485,49 @@ func podmanSpecFrom(name string, cfg *dcontainer.Config, hc *dcontainer.HostConf
 		}
 	}
 	return s, nil
+}
+
+// podmanNetworkOptsFrom carries the static addresses of the container's
+// endpoint on its network (ep may be nil) over to libpod.
+func podmanNetworkOptsFrom(ep *network.EndpointSettings) podmanNetworkOpts {
+	opts := podmanNetworkOpts{}
+	if ep == nil || ep.IPAMConfig == nil {
+		return opts
+	}
+	for _, a := range []string{ep.IPAMConfig.IPv4Address, ep.IPAMConfig.IPv6Address} {
+		if a != "" {
+			opts.StaticIPs = append(opts.StaticIPs, a)
+		}
+	}
+	return opts
+}
+
+// podmanMountsFrom translates Docker's three ways of mounting (mounts,
+// binds, tmpfs) into libpod's one list, sorted by destination.
+func podmanMountsFrom(hc *dcontainer.HostConfig) []podmanMount {
+	var mounts []podmanMount
+	for _, m := range hc.Mounts {
+		opts := []string{"rbind"}
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		mounts = append(mounts, podmanMount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
+	}
+	for _, b := range hc.Binds {
+		parts := strings.Split(b, ":")
+		opts := []string{"rbind"}
+		if len(parts) == 3 {
+			opts = append(opts, parts[2])
+		}
+		mounts = append(mounts, podmanMount{Destination: parts[1], Type: "bind", Source: parts[0], Options: opts})
+	}
+	for dest, opts := range hc.Tmpfs {
+		m := podmanMount{Destination: dest, Type: "tmpfs", Source: "tmpfs", Options: []string{"rw", "nosuid", "nodev"}}
+		if opts != "" {
+			m.Options = strings.Split(opts, ",")
+		}
+		mounts = append(mounts, m)
+	}
+	sort.Slice(mounts, func(i, j int) bool { return mounts[i].Destination < mounts[j].Destination })
+	return mounts
 }

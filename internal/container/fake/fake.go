@@ -782,55 +782,11 @@ func (r *Runtime) builtin(ctx context.Context, op, name, id string, files map[st
 	case "echo":
 		return container.ExecResult{Stdout: []byte(strings.Join(args[1:], " ") + "\n")}, nil
 	case "cat":
-		if len(args) == 1 {
-			return container.ExecResult{Stdout: stdin}, nil
-		}
-		var res container.ExecResult
-		for _, p := range args[1:] {
-			b, ok := files[path.Clean(p)]
-			if !ok {
-				res.ExitCode = 1
-				res.Stderr = append(res.Stderr, fmt.Sprintf("cat: can't open '%s': No such file or directory\n", p)...)
-				continue
-			}
-			res.Stdout = append(res.Stdout, b...)
-		}
-		return res, nil
+		return catFiles(files, args[1:], stdin), nil
 	case "test", "[":
-		if len(args) >= 3 {
-			p := path.Clean(args[2])
-			_, isFile := files[p]
-			isDir := false
-			for f := range files {
-				if strings.HasPrefix(f, p+"/") {
-					isDir = true
-				}
-			}
-			ok := (args[1] == "-f" && isFile) || (args[1] == "-d" && isDir) || (args[1] == "-e" && (isFile || isDir))
-			if ok {
-				return container.ExecResult{}, nil
-			}
-		}
-		return container.ExecResult{ExitCode: 1}, nil
+		return testPath(files, args[1:]), nil
 	case "sleep":
-		d := time.Hour
-		if len(args) > 1 {
-			if v, err := time.ParseDuration(args[1] + "s"); err == nil {
-				d = v
-			}
-		}
-		if in.Timeout > 0 && in.Timeout < d {
-			t := r.clock.NewTimer(in.Timeout)
-			defer t.Stop()
-			select {
-			case <-t.C():
-				return container.ExecResult{}, container.NewError(op, "container", name, container.KindTimeout,
-					fmt.Errorf("command did not finish within %s: %w", in.Timeout, context.DeadlineExceeded))
-			case <-ctx.Done():
-				return container.ExecResult{}, container.NewError(op, "container", name, container.KindUnknown, ctx.Err())
-			}
-		}
-		return container.ExecResult{}, nil
+		return r.sleep(ctx, op, name, args[1:], in.Timeout)
 	case "sh":
 		if len(args) == 3 && args[1] == "-c" && strings.HasPrefix(args[2], "exit ") {
 			var code int
@@ -840,6 +796,68 @@ func (r *Runtime) builtin(ctx context.Context, op, name, id string, files map[st
 		}
 	}
 	return container.ExecResult{}, nil
+}
+
+// catFiles is busybox's cat of the files at paths, or of stdin without paths.
+func catFiles(files map[string][]byte, paths []string, stdin []byte) container.ExecResult {
+	if len(paths) == 0 {
+		return container.ExecResult{Stdout: stdin}
+	}
+	var res container.ExecResult
+	for _, p := range paths {
+		b, ok := files[path.Clean(p)]
+		if !ok {
+			res.ExitCode = 1
+			res.Stderr = append(res.Stderr, fmt.Sprintf("cat: can't open '%s': No such file or directory\n", p)...)
+			continue
+		}
+		res.Stdout = append(res.Stdout, b...)
+	}
+	return res
+}
+
+// testPath is test's -f, -d and -e on files, where a folder is the prefix
+// of a file's path; anything else is false.
+func testPath(files map[string][]byte, args []string) container.ExecResult {
+	if len(args) >= 2 {
+		p := path.Clean(args[1])
+		_, isFile := files[p]
+		isDir := false
+		for f := range files {
+			if strings.HasPrefix(f, p+"/") {
+				isDir = true
+			}
+		}
+		ok := (args[0] == "-f" && isFile) || (args[0] == "-d" && isDir) || (args[0] == "-e" && (isFile || isDir))
+		if ok {
+			return container.ExecResult{}
+		}
+	}
+	return container.ExecResult{ExitCode: 1}
+}
+
+// sleep returns at once, unless the exec's timeout (0 for none) ends
+// before the sleep of args would: then it returns the timeout's error when
+// the injected clock reaches it, as a real exec would.
+func (r *Runtime) sleep(ctx context.Context, op, name string, args []string, timeout time.Duration) (container.ExecResult, error) {
+	d := time.Hour
+	if len(args) > 0 {
+		if v, err := time.ParseDuration(args[0] + "s"); err == nil {
+			d = v
+		}
+	}
+	if timeout <= 0 || timeout >= d {
+		return container.ExecResult{}, nil
+	}
+	t := r.clock.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return container.ExecResult{}, container.NewError(op, "container", name, container.KindTimeout,
+			fmt.Errorf("command did not finish within %s: %w", timeout, context.DeadlineExceeded))
+	case <-ctx.Done():
+		return container.ExecResult{}, container.NewError(op, "container", name, container.KindUnknown, ctx.Err())
+	}
 }
 
 // runBootstrap acts as attempt n of the bootstrap script staged in the
@@ -1094,7 +1112,7 @@ func (r *Runtime) LoadImages(ctx context.Context, in io.Reader) error {
 	loaded := map[string][]byte{}
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

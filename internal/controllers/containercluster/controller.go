@@ -148,7 +148,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}
-	r.recorder = mgr.GetEventRecorderFor("containercluster-controller")
+	// The core/v1 recorder, deprecated for the events.k8s.io one, whose
+	// Eventf takes other arguments and which needs other RBAC: moving every
+	// controller's events over is a change of its own.
+	r.recorder = mgr.GetEventRecorderFor("containercluster-controller") //nolint:staticcheck // SA1019, above
 	r.lb = &loadbalancer.LoadBalancer{Client: r.Client, Engines: r.Engines, Stats: r.LoadBalancerStats}
 	if c, ok := r.Clock.(clock.Clock); ok {
 		r.lb.Clock = c
@@ -281,7 +284,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	// Only now are the node network's subnets known.
 	if !provisioned {
 		if err := policy.CheckPodCIDRs(cluster.Spec.ClusterNetwork.Pods.CIDRBlocks, network, subnets...); err != nil {
-			return r.refused(cc, now, infrav1.LoadBalancerAvailableCondition, infrav1.InvalidSpecReason, fmt.Errorf("Cluster %s: %w", klog.KObj(cluster), err), 0)
+			return r.refused(cc, now, infrav1.LoadBalancerAvailableCondition, infrav1.InvalidSpecReason, fmt.Errorf("in Cluster %s: %w", klog.KObj(cluster), err), 0)
 		}
 	}
 	lbContainer, err := r.lb.Ensure(ctx, loadbalancer.Spec{

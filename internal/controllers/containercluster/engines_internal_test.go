@@ -204,8 +204,8 @@ func TestCheckSwarm(t *testing.T) {
 				}
 				return
 			}
-			notReady, ok := err.(*enginesNotReady)
-			if !ok || notReady.reason != tc.reason || !strings.Contains(notReady.message, tc.names) {
+			var notReady *enginesNotReady
+			if !errors.As(err, &notReady) || notReady.reason != tc.reason || !strings.Contains(notReady.message, tc.names) {
 				t.Fatalf("want %s naming %q, got %#v", tc.reason, tc.names, err)
 			}
 		})

@@ -120,11 +120,14 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		r.WorkloadClient = r.ClusterCache.GetClient
 	}
 	r.wakeups = make(chan event.GenericEvent, 1024)
+	// Recorder is the core/v1 recorder, deprecated for the events.k8s.io
+	// one, whose Eventf takes other arguments and which needs other RBAC:
+	// moving every controller's events over is a change of its own.
 	deps := &lifecycle.Deps{
 		Client:         r.Client,
 		Engines:        r.Engines,
 		Clock:          r.Clock,
-		Recorder:       mgr.GetEventRecorderFor("containermachine-controller"),
+		Recorder:       mgr.GetEventRecorderFor("containermachine-controller"), //nolint:staticcheck // SA1019, above
 		WorkloadClient: r.WorkloadClient,
 		Bootstraps:     lifecycle.NewBootstrapRunner(ctx, clock.RealClock{}, r.MaxConcurrentBootstraps, r.wake),
 		NodeIPAM:       r.NodeIPAM,

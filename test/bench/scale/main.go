@@ -91,12 +91,15 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("failed to create the CPU profile: %w", err)
 	}
-	defer cpu.Close()
 	if err := pprof.StartCPUProfile(cpu); err != nil {
+		_ = cpu.Close()
 		return fmt.Errorf("failed to start the CPU profile: %w", err)
 	}
 	res, runErr := b.measure(ctx)
 	pprof.StopCPUProfile()
+	if err := cpu.Close(); err != nil {
+		return errors.Join(runErr, fmt.Errorf("failed to write the CPU profile: %w", err))
+	}
 	mem.sample()
 	if err := writeHeapProfile(base + ".heap.pprof"); err != nil {
 		return errors.Join(runErr, err)
@@ -126,9 +129,12 @@ func writeHeapProfile(path string) error {
 	if err != nil {
 		return fmt.Errorf("failed to create the heap profile: %w", err)
 	}
-	defer f.Close()
 	goruntime.GC()
 	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("failed to write the heap profile: %w", err)
+	}
+	if err := f.Close(); err != nil {
 		return fmt.Errorf("failed to write the heap profile: %w", err)
 	}
 	return nil

@@ -141,7 +141,7 @@ func cpuModel() string {
 	if err != nil {
 		return goruntime.GOARCH
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: closing loses nothing
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
@@ -176,10 +176,12 @@ func merge(path string, r *result) ([]*result, error) {
 // printTable prints the runs side by side; "ms/machine" is the time to all
 // provisioned divided by the count, flat when time grows linearly.
 func printTable(w io.Writer, all []*result) {
+	// The table only repeats scale.json for the eye: an error writing it
+	// (stdout closed) is not worth failing a finished run for.
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "machines\tprovisioned s\tms/machine\tinitialized s\tready s\tRunning s\tCAPCT rec/s\tCAPCT req/machine\tCAPCT writes/machine\tworkload req/machine\tCAPI req/machine\tpeak heap MiB\tbase RSS MiB\tpeak RSS MiB\t")
+	_, _ = fmt.Fprintln(tw, "machines\tprovisioned s\tms/machine\tinitialized s\tready s\tRunning s\tCAPCT rec/s\tCAPCT req/machine\tCAPCT writes/machine\tworkload req/machine\tCAPI req/machine\tpeak heap MiB\tbase RSS MiB\tpeak RSS MiB\t")
 	for _, r := range all {
-		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t\n", r.Machines,
+		_, _ = fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t\n", r.Machines,
 			r.Seconds["provisioned"], 1000*r.Seconds["provisioned"]/float64(r.Machines), r.Seconds["initialized"], r.Seconds["ready"],
 			r.Seconds["machinesRunning"], r.ReconcilesPerSecond["capct"], r.RequestsPerMachine["capct"], r.RequestsPerMachine["capctWrites"],
 			r.RequestsPerMachine["capctWorkload"], r.RequestsPerMachine["clusterAPI"], r.PeakHeapMiB, r.BaselineRSSMiB, r.PeakRSSMiB)
