@@ -50,9 +50,15 @@ run() {
   prerequisites
   upgrade_images
   controller_images
+  previous_release
   step "management cluster"
   LOG_NAME=mgmt-cluster "$here/mgmt-cluster.sh" up
-  init_providers
+  # The manager's policy as the e2e config sets it (clusterctl reads its
+  # variables from the environment too): the self-hosted and clusterctl
+  # upgrade specs' machines mount the engine's socket and preload the
+  # controllers, which the shipped defaults refuse.
+  CAPCT_ALLOWED_HOST_PATH_PREFIXES=$(config_variable CAPCT_ALLOWED_HOST_PATH_PREFIXES) \
+    CAPCT_ALLOWED_IMAGE_PREFIXES=$(config_variable CAPCT_ALLOWED_IMAGE_PREFIXES) init_providers
 
   step "ginkgo CLI"
   local v ginkgo
@@ -71,6 +77,7 @@ run() {
     -e2e.config="$suite/config/container.yaml" -e2e.use-existing-cluster \
     -e2e.kubeconfig="$mgmt_kubeconfig" -e2e.artifacts-folder="$artifacts" \
     -e2e.cert-manager-from="$QS_OUT/clusterctl.yaml" \
+    -e2e.previous-release="$previous_release_dir" -e2e.clusterctl="$clusterctl" \
     -e2e.skip-resource-cleanup="$skip_cleanup") || rc=$?
   log "junit report: $artifacts/junit.e2e.xml"
   report_memory
@@ -110,11 +117,52 @@ upgrade_images() {
 # config's VARIABLE names.
 upgrade_image() {
   local v
-  v=$(sed -nE "s/^  $1: \"?([^\"]*)\"?$/\\1/p" "$suite/config/container.yaml")
-  [[ -n "$v" ]] || die "test/e2e/config/container.yaml has no $1"
+  v=$(config_variable "$1")
   step "node image $v for the upgrade specs"
   KUBERNETES_VERSION=$v NODE_IMAGE=capct/node:$v "$QS_ROOT/images/node/build.sh" >/dev/null
   end_step
+}
+
+# previous_release builds CAPCT's previous release for the clusterctl
+# upgrade spec, when it runs: the e2e config's CAPCT_PREVIOUS_RELEASE names
+# a tag of this repository, and its commit's own scripts write its release
+# manifests (a clusterctl repository folder) and its manager image
+# docker.io/capct/manager:<tag>. Built once per commit.
+previous_release_dir=
+previous_release() {
+  [[ -z "$labels" || "$labels" == *clusterctl-upgrade* ]] || return 0
+  local version commit dir image
+  version=$(config_variable CAPCT_PREVIOUS_RELEASE)
+  step "CAPCT's previous release $version (clusterctl upgrade)"
+  commit=$(git -C "$QS_ROOT" rev-parse --verify --quiet "$version^{commit}") ||
+    die "tag $version is not in this clone (git fetch --tags): the clusterctl upgrade spec installs that release first"
+  dir=$QS_OUT/previous-release/$commit
+  image=docker.io/capct/manager:$version
+  previous_release_dir=$dir/out/infrastructure-container/$version
+  if [[ -f "$dir/.done" ]] && docker image inspect "$image" >/dev/null 2>&1 &&
+    [[ "$(image_label "$image" io.capct.e2e.commit)" == "$commit" ]]; then
+    log "reusing $previous_release_dir and $image"
+    end_step
+    return
+  fi
+  rm -rf "$dir"
+  mkdir -p "$dir/src"
+  git -C "$QS_ROOT" archive "$commit" | tar -x -C "$dir/src"
+  (cd "$dir/src" && hack/release-manifests.sh "$version" "$dir/out") >/dev/null
+  make --no-print-directory -C "$dir/src" docker-build QUICKSTART_VERSION="$version" >&2
+  # Labelled with its commit, so that an image of the same tag built from
+  # elsewhere is never taken for it.
+  echo "FROM $image" | docker build -q --label "io.capct.e2e.commit=$commit" -t "$image" - >/dev/null
+  touch "$dir/.done"
+  end_step
+}
+
+# config_variable NAME prints the e2e config's variable NAME.
+config_variable() {
+  local v
+  v=$(sed -nE "s/^  $1: \"?([^\"]*)\"?$/\\1/p" "$suite/config/container.yaml")
+  [[ -n "$v" ]] || die "test/e2e/config/container.yaml has no $1"
+  echo "$v"
 }
 
 # failures prints what each failed spec's assertion said, last, where a CI
