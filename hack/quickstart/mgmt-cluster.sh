@@ -305,6 +305,11 @@ create_node() {
 
   step "kubeadm init"
   ip=$(docker inspect -f "{{ (index .NetworkSettings.Networks \"$network\").IPAddress }}" "$node")
+  # kubeadm's configuration API of the node image's release
+  # (internal/kubeversion).
+  local kubeadm_api
+  kubeadm_api=$(cd "$QS_ROOT" && go run ./hack/kubeversion kubeadm-api "$k8s_version") ||
+    die "no kubeadm configuration API known for $node_image's Kubernetes $k8s_version (above)"
   # The API server's audit settings, when asked for: the policy and the log
   # on the node's disk, mounted into the static pod. The log is large enough
   # not to rotate during a benchmark.
@@ -321,7 +326,7 @@ create_node() {
   - {name: audit-log, hostPath: /var/log/kubernetes/audit, mountPath: /var/log/kubernetes/audit, pathType: DirectoryOrCreate}"
   fi
   docker exec -i "$node" bash -c 'mkdir -p /kind /etc/cni/net.d && cat > /kind/kubeadm.conf' <<YAML
-apiVersion: kubeadm.k8s.io/v1beta4
+apiVersion: $kubeadm_api
 kind: InitConfiguration
 localAPIEndpoint:
   advertiseAddress: $ip
@@ -337,7 +342,7 @@ nodeRegistration:
   - Swap
   - FileContent--proc-sys-net-bridge-bridge-nf-call-iptables
 ---
-apiVersion: kubeadm.k8s.io/v1beta4
+apiVersion: $kubeadm_api
 kind: ClusterConfiguration
 kubernetesVersion: $k8s_version
 clusterName: $node

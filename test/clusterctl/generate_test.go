@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/capct/cluster-api-provider-container/internal/kubeversion"
 	"github.com/capct/cluster-api-provider-container/internal/provisioning"
 )
 
@@ -405,9 +406,15 @@ func checkNodeRegistration(t *testing.T, o unstructured.Unstructured, spec map[s
 }
 
 // checkKubeletPatch checks that the kubeadm config spec of o writes the
-// KubeletConfiguration patch with the settings CAPCT's nodes need.
+// KubeletConfiguration patch with the settings CAPCT's nodes need, which
+// internal/kubeversion says for the pinned release (the same for every
+// release it knows).
 func checkKubeletPatch(t *testing.T, o unstructured.Unstructured, spec map[string]any) {
 	t.Helper()
+	kubelet, err := kubeversion.Parse(kubernetesVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
 	files, _, _ := unstructured.NestedSlice(spec, "files")
 	found := false
 	for _, f := range files {
@@ -416,8 +423,8 @@ func checkKubeletPatch(t *testing.T, o unstructured.Unstructured, spec map[strin
 			continue
 		}
 		found = true
-		for _, want := range []string{"cgroupDriver: systemd", "cgroupRoot: /kubelet", "failSwapOn: false", "failCgroupV1: false"} {
-			if !strings.Contains(f["content"].(string), want) {
+		for _, field := range kubelet.KubeletConfiguration() {
+			if want := field.Name + ": " + field.Value; !strings.Contains(f["content"].(string), want) {
 				t.Errorf("%s %s: kubelet patch lacks %q", o.GetKind(), o.GetName(), want)
 			}
 		}
