@@ -148,7 +148,7 @@ func (b *Bootstrap) startFirst(ctx context.Context, s *MachineScope, now time.Ti
 		// (its place in line, the slots in flight): every change would be
 		// a status write, which Cluster API mirrors onto the Machine and
 		// which wakes the machine again, for each machine each time the
-		// line moves, quadratic in a scale-out (docs/bench.md).
+		// line moves, quadratic in a scale-out (make bench-scale, CHANGELOG.md).
 		msg := fmt.Sprintf("Waiting for a bootstrap slot: all %d of %s are in use, or go first to machines of namespaces that hold less than half of them (--max-concurrent-bootstraps); machines get them in the order they asked",
 			usage.Limit, engineDescription(s.Engine))
 		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionFalse, WaitingForBootstrapSlotReason, msg)

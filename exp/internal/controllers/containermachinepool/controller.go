@@ -60,7 +60,8 @@ const (
 	// reconciles the pool, so that the changes of all members within it
 	// make one reconcile and at most one status patch. During a scale-out
 	// each of N machines changes status about ten times; reconciled one by
-	// one they made 6.5 pool status patches per machine (docs/bench.md).
+	// one they made 6.5 pool status patches per machine (make bench-capd,
+	// CHANGELOG.md).
 	// The pool's status is at most this late; its spec (the MachinePool's
 	// replicas and template) is still acted on at once.
 	memberChangeWindow = 2 * time.Second
