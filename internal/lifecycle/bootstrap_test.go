@@ -12,10 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	fakeruntime "github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/provisioning"
 )
 
@@ -447,4 +449,154 @@ func TestBootstrapSlotsBoundTheBootstrapsInFlight(t *testing.T) {
 	e.notified(client.ObjectKeyFromObject(waiting.ContainerMachine))
 	e.reconcileBootstrap(waiting)
 	wantCondition(t, waiting, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
+}
+
+func TestBootstrapRunsTheDataAsynchronously(t *testing.T) {
+	e := newEnv(t, cloudConfig)
+	s := e.scope()
+	bootstrap(t, e, s)
+	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
+	got, err := e.runtime.ReadFile(context.Background(), cpName, "/etc/capct/hostname")
+	if err != nil || string(got) != cpName {
+		t.Fatalf("want the hostname substituted into the file, got %q %v", got, err)
+	}
+	var ran bool
+	for _, c := range e.runtime.ExecCalls() {
+		ran = ran || strings.Contains(strings.Join(c.Cmd, " "), "echo hello")
+	}
+	if !ran {
+		t.Fatal("runcmd did not run")
+	}
+
+	if _, err := (&Provision{e.deps}).Reconcile(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	cm := s.ContainerMachine
+	if cm.Spec.ProviderID != "container:///"+cpName || !ptr.Deref(cm.Status.Initialization.Provisioned, false) || cm.Status.FailureDomain != "fd1" {
+		t.Fatalf("not provisioned per the contract: providerID %q, provisioned %v, failure domain %q",
+			cm.Spec.ProviderID, cm.Status.Initialization.Provisioned, cm.Status.FailureDomain)
+	}
+}
+
+// TestBootstrapGivesTheDataTheMachinesAddress runs bootstrap data that
+// uses {{ ds.meta_data.local_ipv4 }}, as the multihost flavor's node-ip and
+// advertise addresses do: it must be the container's address on the
+// cluster network, the one other engines' nodes reach.
+func TestBootstrapGivesTheDataTheMachinesAddress(t *testing.T) {
+	e := newEnv(t, `## template: jinja
+#cloud-config
+write_files:
+- path: /etc/capct/node-ip
+  content: "{{ ds.meta_data.local_ipv4 }}"
+- path: /run/cluster-api/bootstrap-success.complete
+  content: success
+`)
+	s := e.scope()
+	bootstrap(t, e, s)
+	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
+	got, err := e.runtime.ReadFile(context.Background(), cpName, "/etc/capct/node-ip")
+	if want := s.Container.IPv4; err != nil || !want.IsValid() || string(got) != want.String() {
+		t.Fatalf("want the container's address %s in the file, got %q %v", want, got, err)
+	}
+}
+
+func TestBootstrapTrustsTheSentinelAfterARestart(t *testing.T) {
+	e := newEnv(t, cloudConfig)
+	ctx := context.Background()
+	s := e.scope()
+	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.runtime.WriteFile(ctx, cpName, clusterOwner.ForMachine("cp-0"), provisioning.SentinelPath, []byte("success"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
+	if len(e.runtime.ExecCalls()) != 0 {
+		t.Fatalf("bootstrap ran again: %v", e.runtime.ExecCalls())
+	}
+}
+
+func TestBootstrapFailures(t *testing.T) {
+	testCases := []struct {
+		name   string
+		data   string
+		exec   fakeruntime.ExecHandler
+		reason string
+	}{
+		{name: "malformed cloud-config", data: "#cloud-config\nwrite_files: {", reason: infrav1.InvalidSpecReason},
+		{name: "a failing command", data: "#cloud-config\nruncmd:\n- kubeadm init\n", reason: infrav1.BootstrapFailedReason,
+			exec: func(_ context.Context, _ container.Machine, _ map[string][]byte, in container.ExecInput, _ []byte) (container.ExecResult, bool) {
+				if strings.Contains(strings.Join(in.Cmd, " "), "kubeadm") {
+					return container.ExecResult{ExitCode: 1, Stderr: []byte("port 6443 is in use")}, true
+				}
+				return container.ExecResult{}, false
+			}},
+		{name: "no sentinel", data: "#cloud-config\nruncmd:\n- \"true\"\n", reason: infrav1.BootstrapFailedReason},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.data)
+			if tc.exec != nil {
+				e.runtime.SetExecHandler(tc.exec)
+			}
+			s := e.scope()
+			ctx := context.Background()
+			if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if tc.reason != infrav1.InvalidSpecReason {
+				e.waitForBootstrap(s)
+				if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionFalse, tc.reason)
+			if TerminalCondition(s.ContainerMachine) == nil {
+				t.Fatal("a failed bootstrap must be terminal")
+			}
+		})
+	}
+}
+
+func TestBootstrapTimesOutOnTheInjectedClock(t *testing.T) {
+	e := newEnv(t, "#cloud-config\nruncmd:\n- kubeadm init\n")
+	release := make(chan struct{})
+	defer close(release)
+	e.runtime.SetExecHandler(func(ctx context.Context, _ container.Machine, _ map[string][]byte, in container.ExecInput, _ []byte) (container.ExecResult, bool) {
+		if strings.Contains(strings.Join(in.Cmd, " "), "kubeadm") {
+			select {
+			case <-ctx.Done():
+			case <-release:
+			}
+			return container.ExecResult{ExitCode: 1}, true
+		}
+		return container.ExecResult{}, false
+	})
+	s := e.scope()
+	s.ContainerMachine.Spec.Lifecycle.BootstrapTimeout = &metav1.Duration{Duration: time.Minute}
+	ctx := context.Background()
+	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	res, err := (&Bootstrap{e.deps}).Reconcile(ctx, s)
+	if err != nil || res.RequeueAfter == 0 || res.RequeueAfter > time.Minute {
+		t.Fatalf("want a requeue within the timeout, got %v %v", res, err)
+	}
+	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionUnknown, infrav1.InProgressReason)
+	e.clock.Step(59 * time.Second)
+	if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionUnknown, infrav1.InProgressReason)
+	e.clock.Step(time.Second)
+	if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.TimedOutReason)
 }

@@ -384,3 +384,31 @@ func TestLaunchOnAnotherEngineIgnoresThisHostsCapacity(t *testing.T) {
 		t.Fatalf("the manager's host was asked %d times for a machine on another engine", host.calls)
 	}
 }
+
+func TestDerivePhase(t *testing.T) {
+	set := func(cm *infrav1.ContainerMachine, types ...string) {
+		for _, ty := range types {
+			setCondition(cm, start, ty, metav1.ConditionTrue, infrav1.SucceededReason, "")
+		}
+	}
+	testCases := []struct {
+		name string
+		true []string
+		want infrav1.MachinePhase
+	}{
+		{"nothing yet", nil, infrav1.MachinePhasePending},
+		{"launched", []string{infrav1.LaunchedCondition}, infrav1.MachinePhaseLaunched},
+		{"bootstrapped", []string{infrav1.LaunchedCondition, infrav1.BootstrappedCondition}, infrav1.MachinePhaseBootstrapped},
+		{"registered", []string{infrav1.LaunchedCondition, infrav1.BootstrappedCondition, infrav1.RegisteredCondition}, infrav1.MachinePhaseRegistered},
+		{"running", phaseConditions, infrav1.MachinePhaseRunning},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.name, func(t *testing.T) {
+			cm := &infrav1.ContainerMachine{}
+			set(cm, tc.true...)
+			if got := DerivePhase(cm); got != tc.want {
+				t.Fatalf("want %s, got %s", tc.want, got)
+			}
+		})
+	}
+}

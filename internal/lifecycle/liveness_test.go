@@ -1,0 +1,69 @@
+package lifecycle
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+)
+
+func TestLivenessTimeouts(t *testing.T) {
+	testCases := []struct {
+		name       string
+		ttl        *metav1.Duration
+		registered bool
+		step       time.Duration
+		wantType   string
+		wantFail   bool
+	}{
+		{name: "registration within the default TTL", step: DefaultRegistrationTTL - time.Second, wantType: infrav1.RegisteredCondition},
+		{name: "registration past the default TTL", step: DefaultRegistrationTTL, wantType: infrav1.RegisteredCondition, wantFail: true},
+		{name: "registration past a custom TTL", ttl: &metav1.Duration{Duration: time.Minute}, step: time.Minute, wantType: infrav1.RegisteredCondition, wantFail: true},
+		{name: "initialization within the TTL", registered: true, step: DefaultInitializationTTL - time.Second, wantType: infrav1.InitializedCondition},
+		{name: "initialization past the TTL", registered: true, step: DefaultInitializationTTL, wantType: infrav1.InitializedCondition, wantFail: true},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, cloudConfig)
+			s := e.scope()
+			cm := s.ContainerMachine
+			cm.Spec.Lifecycle.RegistrationTTL = tc.ttl
+			setCondition(cm, e.clock.Now(), infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
+			if tc.registered {
+				setCondition(cm, e.clock.Now(), infrav1.RegisteredCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
+			}
+			e.clock.Step(tc.step)
+			phase := map[string]string{infrav1.RegisteredCondition: "registration", infrav1.InitializedCondition: "initialization"}[tc.wantType]
+			terminations := testutil.ToFloat64(livenessTerminations.WithLabelValues(phase))
+			res, err := (&Liveness{e.deps}).Reconcile(context.Background(), s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.wantFail {
+				if res.RequeueAfter != time.Second || TerminalCondition(cm) != nil {
+					t.Fatalf("want a requeue in 1s and no failure, got %v, %v", res, TerminalCondition(cm))
+				}
+				return
+			}
+			wantCondition(t, s, tc.wantType, metav1.ConditionFalse, infrav1.TimedOutReason)
+			if got := testutil.ToFloat64(livenessTerminations.WithLabelValues(phase)); got != terminations+1 {
+				t.Fatalf("want the %s termination counter to grow by one, it went from %v to %v", phase, terminations, got)
+			}
+			SetReadyCondition(cm, e.clock.Now())
+			wantCondition(t, s, infrav1.ReadyCondition, metav1.ConditionFalse, infrav1.TimedOutReason)
+			select {
+			case ev := <-e.recorder.Events:
+				if !strings.Contains(ev, infrav1.TimedOutReason) {
+					t.Fatalf("unexpected event %q", ev)
+				}
+			default:
+				t.Fatal("no event for the termination")
+			}
+		})
+	}
+}
