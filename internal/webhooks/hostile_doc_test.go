@@ -16,20 +16,24 @@ const securityDoc = "../../docs/security.md"
 
 // hostileTableHeader starts the table in securityDoc; the table ends at the
 // first line that is not a row.
-const hostileTableHeader = "| # | Kind | Hostile or mistaken input | Outcome |\n|---|---|---|---|\n"
+const hostileTableHeader = "| # | Kind | Hostile or mistaken input | Shipped defaults | Hardened flags |\n|---|---|---|---|---|\n"
 
-// hostileTable renders hostileCases as securityDoc shows them.
+// hostileTable renders hostileCases as securityDoc shows them: an outcome
+// under the shipped defaults and one under the hardened flags (testPolicy).
 func hostileTable() string {
 	var b strings.Builder
 	b.WriteString(hostileTableHeader)
 	for i, tc := range hostileCases() {
-		outcome := "refused, naming `" + tc.refused + "`"
-		if tc.refused == "" {
-			outcome = "accepted; " + tc.atLaunch
-		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", i+1, tc.kind, tc.input, outcome)
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s |\n", i+1, tc.kind, tc.input, outcomeCell(tc.want.shipped), outcomeCell(tc.want.hardened))
 	}
 	return b.String()
+}
+
+func outcomeCell(o outcome) string {
+	if o.refused == "" {
+		return "**accepted**; " + o.atLaunch
+	}
+	return "refused, naming `" + o.refused + "`"
 }
 
 // TestSecurityDocShowsEveryHostileInput keeps docs/security.md's table in

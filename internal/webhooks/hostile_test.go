@@ -18,14 +18,18 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/policy"
 )
 
-// testPolicy is the manager's policy in these tests, as if started with
+// testPolicy is the hardened policy: the manager's in these tests (in the
+// default namespace), as if started with
 //
-//	--allowed-host-path-prefixes=/tmp,/srv/capct
+//	--allowed-host-path-prefixes=/srv/capct
 //	--allowed-unmanaged-networks=capct-mgmt,shared
 //	--allowed-image-prefixes=capct/,kindest/haproxy:,registry.example.com/team/
 //	--max-machines-per-cluster=3
+//
+// hostileCases also run under the shipped defaults (shippedPolicy, in
+// shippedNamespace).
 var testPolicy = policy.Policy{
-	HostPathPrefixes:      []string{"/tmp", "/srv/capct"},
+	HostPathPrefixes:      []string{"/srv/capct"},
 	AllowedNetworks:       []string{"capct-mgmt", "shared"},
 	ImagePrefixes:         []string{"capct/", "kindest/haproxy:", "registry.example.com/team/"},
 	MaxMachinesPerCluster: 3,
@@ -44,13 +48,17 @@ const (
 // which holds it, deleted, for as long as they like.
 const userFinalizer = "example.com/hold"
 
+// createFixtureClusters creates the table's Clusters in each namespace the
+// table runs in.
 func createFixtureClusters(ctx context.Context, c client.Client) error {
-	for _, cl := range []*clusterv1.Cluster{
-		{ObjectMeta: metav1.ObjectMeta{Name: pausedCluster, Namespace: metav1.NamespaceDefault}, Spec: clusterv1.ClusterSpec{Paused: ptr.To(true)}},
-		{ObjectMeta: metav1.ObjectMeta{Name: cappedCluster, Namespace: metav1.NamespaceDefault}, Spec: clusterv1.ClusterSpec{Paused: ptr.To(false)}},
-	} {
-		if err := c.Create(ctx, cl); err != nil {
-			return fmt.Errorf("failed to create the fixture Cluster %s: %w", cl.Name, err)
+	for _, ns := range []string{metav1.NamespaceDefault, shippedNamespace} {
+		for _, cl := range []*clusterv1.Cluster{
+			{ObjectMeta: metav1.ObjectMeta{Name: pausedCluster, Namespace: ns}, Spec: clusterv1.ClusterSpec{Paused: ptr.To(true)}},
+			{ObjectMeta: metav1.ObjectMeta{Name: cappedCluster, Namespace: ns}, Spec: clusterv1.ClusterSpec{Paused: ptr.To(false)}},
+		} {
+			if err := c.Create(ctx, cl); err != nil {
+				return fmt.Errorf("failed to create the fixture Cluster %s/%s: %w", ns, cl.Name, err)
+			}
 		}
 	}
 	return nil
@@ -147,6 +155,12 @@ type hostileCase struct {
 	// deleted makes obj carry userFinalizer and deletes it before the
 	// update, which then meets an object being deleted.
 	deleted bool
+	// want is the outcome under each policy.
+	want outcomes
+}
+
+// outcome is what the API server does with a hostile case.
+type outcome struct {
 	// refused is the field path the API server's refusal must name; empty
 	// when the object is accepted.
 	refused string
@@ -154,6 +168,23 @@ type hostileCase struct {
 	// CAPCT launches it.
 	atLaunch string
 }
+
+func refused(fieldPath string) outcome { return outcome{refused: fieldPath} }
+
+func accepted(atLaunch string) outcome { return outcome{atLaunch: atLaunch} }
+
+// outcomes are a case's outcome under the shipped defaults and under the
+// hardened flags (testPolicy).
+type outcomes struct {
+	shipped, hardened outcome
+}
+
+// both is the same outcome under either policy.
+func both(o outcome) outcomes { return outcomes{shipped: o, hardened: o} }
+
+// belowShippedCap is what becomes of a machine the hardened cap of 3
+// refuses, under the shipped cap.
+const belowShippedCap = "launched like any machine: the shipped --max-machines-per-cluster is 100, and the 101st is refused"
 
 // hostileCases is the list docs/security.md shows as a table: keep the two
 // in step.
@@ -163,48 +194,52 @@ func hostileCases() []hostileCase {
 	return []hostileCase{
 		// ContainerCluster: the network and the endpoint.
 		{kind: "ContainerCluster", input: "Unmanaged network host (the host's network stack)",
-			obj: cluster(network("host", infrav1.NetworkUnmanaged)), refused: "spec.network.name"},
+			obj: cluster(network("host", infrav1.NetworkUnmanaged)), want: both(refused("spec.network.name"))},
 		{kind: "ContainerCluster", input: "Unmanaged network bridge (the engine's default network)",
-			obj: cluster(network("bridge", infrav1.NetworkUnmanaged)), refused: "spec.network.name"},
+			obj: cluster(network("bridge", infrav1.NetworkUnmanaged)), want: both(refused("spec.network.name"))},
 		{kind: "ContainerCluster", input: "Managed network named none",
-			obj: cluster(network("none", infrav1.NetworkManaged)), refused: "spec.network.name"},
-		{kind: "ContainerCluster", input: "Unmanaged network kind, not in --allowed-unmanaged-networks",
-			obj: cluster(network("kind", infrav1.NetworkUnmanaged)), refused: "spec.network.name"},
+			obj: cluster(network("none", infrav1.NetworkManaged)), want: both(refused("spec.network.name"))},
+		{kind: "ContainerCluster", input: "Unmanaged network kind (another cluster's network)",
+			obj: cluster(network("kind", infrav1.NetworkUnmanaged)), want: outcomes{
+				shipped: accepted("the cluster joins kind beside the containers already on it; if kind does not exist, " +
+					"LoadBalancerAvailable False, Failed: the Unmanaged network \"kind\" does not exist"),
+				hardened: refused("spec.network.name"),
+			}},
 		{kind: "ContainerCluster", input: "network container:victim-lb (another container's network namespace)",
-			obj: cluster(network("container:victim-lb", infrav1.NetworkUnmanaged)), refused: "spec.network.name"},
+			obj: cluster(network("container:victim-lb", infrav1.NetworkUnmanaged)), want: both(refused("spec.network.name"))},
 		{kind: "ContainerCluster", input: "spec.network.name added after create",
-			obj:     cluster(func(c *infrav1.ContainerCluster) { c.Spec.Network = infrav1.NetworkSpec{} }),
-			update:  func(o client.Object) { o.(*infrav1.ContainerCluster).Spec.Network.Name = "capct-other" },
-			refused: "spec.network.name"},
+			obj:    cluster(func(c *infrav1.ContainerCluster) { c.Spec.Network = infrav1.NetworkSpec{} }),
+			update: func(o client.Object) { o.(*infrav1.ContainerCluster).Spec.Network.Name = "capct-other" },
+			want:   both(refused("spec.network.name"))},
 		{kind: "ContainerCluster", input: "spec.network removed after create",
-			obj:     cluster(network("shared", infrav1.NetworkUnmanaged)),
-			update:  func(o client.Object) { o.(*infrav1.ContainerCluster).Spec.Network = infrav1.NetworkSpec{} },
-			refused: "spec.network.mode"},
+			obj:    cluster(network("shared", infrav1.NetworkUnmanaged)),
+			update: func(o client.Object) { o.(*infrav1.ContainerCluster).Spec.Network = infrav1.NetworkSpec{} },
+			want:   both(refused("spec.network.mode"))},
 		{kind: "ContainerCluster", input: "ipFamily changed from DualStack to IPv4 on a live cluster",
-			obj:     cluster(func(*infrav1.ContainerCluster) {}),
-			update:  func(o client.Object) { o.(*infrav1.ContainerCluster).Spec.Network.IPFamily = infrav1.IPv4Family },
-			refused: "spec.network.ipFamily"},
+			obj:    cluster(func(*infrav1.ContainerCluster) {}),
+			update: func(o client.Object) { o.(*infrav1.ContainerCluster).Spec.Network.IPFamily = infrav1.IPv4Family },
+			want:   both(refused("spec.network.ipFamily"))},
 		{kind: "ContainerCluster", input: "ipFamily added after create (the family was derived)",
-			obj:     cluster(func(c *infrav1.ContainerCluster) { c.Spec.Network = infrav1.NetworkSpec{} }),
-			update:  func(o client.Object) { o.(*infrav1.ContainerCluster).Spec.Network.IPFamily = infrav1.IPv6Family },
-			refused: "spec.network.ipFamily"},
+			obj:    cluster(func(c *infrav1.ContainerCluster) { c.Spec.Network = infrav1.NetworkSpec{} }),
+			update: func(o client.Object) { o.(*infrav1.ContainerCluster).Spec.Network.IPFamily = infrav1.IPv6Family },
+			want:   both(refused("spec.network.ipFamily"))},
 		{kind: "ContainerCluster", input: "controlPlaneEndpoint port 8443, which CAPCT does not serve",
 			obj: cluster(func(c *infrav1.ContainerCluster) {
 				c.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: "10.0.0.1", Port: 8443}
-			}), refused: "spec.controlPlaneEndpoint.port"},
+			}), want: both(refused("spec.controlPlaneEndpoint.port"))},
 		{kind: "ContainerCluster", input: "load balancer image haproxy:latest, not under an allowed prefix",
-			obj:     cluster(func(c *infrav1.ContainerCluster) { c.Spec.LoadBalancer.Image = "haproxy:latest" }),
-			refused: "spec.loadBalancer.image"},
+			obj:  cluster(func(c *infrav1.ContainerCluster) { c.Spec.LoadBalancer.Image = "haproxy:latest" }),
+			want: both(refused("spec.loadBalancer.image"))},
 		{kind: "ContainerCluster", input: "load balancer image Capct/HAProxy (not a reference)",
-			obj:     cluster(func(c *infrav1.ContainerCluster) { c.Spec.LoadBalancer.Image = "Capct/HAProxy" }),
-			refused: "spec.loadBalancer.image"},
+			obj:  cluster(func(c *infrav1.ContainerCluster) { c.Spec.LoadBalancer.Image = "Capct/HAProxy" }),
+			want: both(refused("spec.loadBalancer.image"))},
 		{kind: "ContainerCluster", input: "101 failure domains",
 			obj: cluster(func(c *infrav1.ContainerCluster) {
 				c.Spec.FailureDomains = nil
 				for i := range 101 {
 					c.Spec.FailureDomains = append(c.Spec.FailureDomains, clusterv1.FailureDomain{Name: fmt.Sprintf("fd%d", i)})
 				}
-			}), refused: "spec.failureDomains"},
+			}), want: both(refused("spec.failureDomains"))},
 		{kind: "Cluster", input: "pod CIDRs 172.16.0.0/12, around every network CAPCT derives",
 			obj: &clusterv1.Cluster{
 				ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault},
@@ -212,271 +247,303 @@ func hostileCases() []hostileCase {
 					Pods: clusterv1.NetworkRanges{CIDRBlocks: []string{"172.16.0.0/12"}},
 				}},
 			},
-			atLaunch: "the ContainerCluster's LoadBalancerAvailable False, InvalidSpec, once the network's subnets are known: names spec.clusterNetwork.pods.cidrBlocks[i] and the network; no load balancer"},
+			want: both(accepted("the ContainerCluster's LoadBalancerAvailable False, InvalidSpec, once the network's subnets are known: names spec.clusterNetwork.pods.cidrBlocks[i] and the network; no load balancer"))},
 
 		// ContainerClusterTemplate: the same rules inside the template.
 		{kind: "ContainerClusterTemplate", input: "Unmanaged network host",
 			obj: clusterTemplate(func(s *infrav1.ContainerClusterSpec) {
 				s.Network.Name, s.Network.Mode = "host", infrav1.NetworkUnmanaged
-			}), refused: "spec.template.spec.network.name"},
+			}), want: both(refused("spec.template.spec.network.name"))},
 		{kind: "ContainerClusterTemplate", input: "load balancer image evil/haproxy:1",
-			obj:     clusterTemplate(func(s *infrav1.ContainerClusterSpec) { s.LoadBalancer.Image = "evil/haproxy:1" }),
-			refused: "spec.template.spec.loadBalancer.image"},
+			obj:  clusterTemplate(func(s *infrav1.ContainerClusterSpec) { s.LoadBalancer.Image = "evil/haproxy:1" }),
+			want: both(refused("spec.template.spec.loadBalancer.image"))},
 		{kind: "ContainerClusterTemplate", input: "controlPlaneEndpoint port 443",
 			obj: clusterTemplate(func(s *infrav1.ContainerClusterSpec) {
 				s.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: "api.example.com", Port: 443}
-			}), refused: "spec.template.spec.controlPlaneEndpoint.port"},
+			}), want: both(refused("spec.template.spec.controlPlaneEndpoint.port"))},
 
 		// ContainerMachine: resources.
 		{kind: "ContainerMachine", input: "cpus 1m, below the engine's 0.01",
-			obj:     machine(func(m *infrav1.ContainerMachine) { m.Spec.Resources.CPUs = quantity("1m") }),
-			refused: "spec.resources.cpus"},
+			obj:  machine(func(m *infrav1.ContainerMachine) { m.Spec.Resources.CPUs = quantity("1m") }),
+			want: both(refused("spec.resources.cpus"))},
 		{kind: "ContainerMachine", input: "cpus 2000",
-			obj:     machine(func(m *infrav1.ContainerMachine) { m.Spec.Resources.CPUs = quantity("2000") }),
-			refused: "spec.resources.cpus"},
+			obj:  machine(func(m *infrav1.ContainerMachine) { m.Spec.Resources.CPUs = quantity("2000") }),
+			want: both(refused("spec.resources.cpus"))},
 		{kind: "ContainerMachine", input: "memory 256Mi, too little for a node",
-			obj:     machine(func(m *infrav1.ContainerMachine) { m.Spec.Resources.Memory = quantity("256Mi") }),
-			refused: "spec.resources.memory"},
+			obj:  machine(func(m *infrav1.ContainerMachine) { m.Spec.Resources.Memory = quantity("256Mi") }),
+			want: both(refused("spec.resources.memory"))},
 		{kind: "ContainerMachine", input: "memory 2Ti",
-			obj:     machine(func(m *infrav1.ContainerMachine) { m.Spec.Resources.Memory = quantity("2Ti") }),
-			refused: "spec.resources.memory"},
+			obj:  machine(func(m *infrav1.ContainerMachine) { m.Spec.Resources.Memory = quantity("2Ti") }),
+			want: both(refused("spec.resources.memory"))},
 
 		// ContainerMachine: mounts.
 		{kind: "ContainerMachine", input: "mount onto /",
-			obj: machine(machineSpec(cp("/"))), refused: "spec.extraMounts[0].containerPath"},
+			obj: machine(machineSpec(cp("/"))), want: both(refused("spec.extraMounts[0].containerPath"))},
 		{kind: "ContainerMachine", input: "mount onto /var/ (the node's volume)",
-			obj: machine(machineSpec(cp("/var/"))), refused: "spec.extraMounts[0].containerPath"},
+			obj: machine(machineSpec(cp("/var/"))), want: both(refused("spec.extraMounts[0].containerPath"))},
 		{kind: "ContainerMachine", input: "mount onto /var/lib/kubelet/pods",
-			obj: machine(machineSpec(cp("/var/lib/kubelet/pods"))), refused: "spec.extraMounts[0].containerPath"},
+			obj: machine(machineSpec(cp("/var/lib/kubelet/pods"))), want: both(refused("spec.extraMounts[0].containerPath"))},
 		{kind: "ContainerMachine", input: "mount onto /run/cluster-api (would fake the bootstrap sentinel)",
-			obj: machine(machineSpec(cp("/run/cluster-api"))), refused: "spec.extraMounts[0].containerPath"},
+			obj: machine(machineSpec(cp("/run/cluster-api"))), want: both(refused("spec.extraMounts[0].containerPath"))},
 		{kind: "ContainerMachine", input: "mount onto /lib/modules",
-			obj: machine(machineSpec(cp("/lib/modules"))), refused: "spec.extraMounts[0].containerPath"},
+			obj: machine(machineSpec(cp("/lib/modules"))), want: both(refused("spec.extraMounts[0].containerPath"))},
 		{kind: "ContainerMachine", input: "container path /data:Z (relabels the host directory)",
-			obj: machine(machineSpec(cp("/data:Z"))), refused: "spec.extraMounts[0].containerPath"},
+			obj: machine(machineSpec(cp("/data:Z"))), want: both(refused("spec.extraMounts[0].containerPath"))},
 		{kind: "ContainerMachine", input: "host path /srv/capct:/etc (a second bind in one)",
-			obj: machine(machineSpec(hp("/srv/capct:/etc"))), refused: "spec.extraMounts[0].hostPath"},
+			obj: machine(machineSpec(hp("/srv/capct:/etc"))), want: both(refused("spec.extraMounts[0].hostPath"))},
 		{kind: "ContainerMachine", input: "host path / (the host's root)",
-			obj: machine(machineSpec(hp("/"))), refused: "spec.extraMounts[0].hostPath"},
+			obj: machine(machineSpec(hp("/"))), want: both(refused("spec.extraMounts[0].hostPath"))},
 		{kind: "ContainerMachine", input: "host path /var/run/docker.sock (the engine)",
-			obj: machine(machineSpec(hp("/var/run/docker.sock"))), refused: "spec.extraMounts[0].hostPath"},
-		{kind: "ContainerMachine", input: "host path /tmp/../etc (escapes the allowed prefix)",
-			obj: machine(machineSpec(hp("/tmp/../etc"))), refused: "spec.extraMounts[0].hostPath"},
+			obj: machine(machineSpec(hp("/var/run/docker.sock"))), want: both(refused("spec.extraMounts[0].hostPath"))},
+		{kind: "ContainerMachine", input: "host path /srv/capct/../../etc (escapes the allowed prefix)",
+			obj: machine(machineSpec(hp("/srv/capct/../../etc"))), want: both(refused("spec.extraMounts[0].hostPath"))},
 		{kind: "ContainerMachine", input: "33 mounts",
 			obj: machine(func(m *infrav1.ContainerMachine) {
 				m.Spec.ExtraMounts = nil
 				for i := range 33 {
-					m.Spec.ExtraMounts = append(m.Spec.ExtraMounts, infrav1.Mount{ContainerPath: fmt.Sprintf("/d%d", i), HostPath: "/tmp"})
+					m.Spec.ExtraMounts = append(m.Spec.ExtraMounts, infrav1.Mount{ContainerPath: fmt.Sprintf("/d%d", i), HostPath: "/srv/capct"})
 				}
-			}), refused: "spec.extraMounts"},
+			}), want: both(refused("spec.extraMounts"))},
 		{kind: "ContainerMachine", input: "host path under an allowed prefix that does not exist",
-			obj:      machine(machineSpec(hp("/srv/capct/missing"))),
-			atLaunch: "Launched False, HostPathNotFound (not final), naming spec.extraMounts[0].hostPath: CAPCT binds it as a mount, which the engine refuses instead of creating the directory"},
+			obj:  machine(machineSpec(hp("/srv/capct/missing"))),
+			want: both(accepted("Launched False, HostPathNotFound (not final), naming spec.extraMounts[0].hostPath: CAPCT binds it as a mount, which the engine refuses instead of creating the directory"))},
 		{kind: "ContainerMachine", input: "mount added by an update onto /etc",
 			obj: machine(func(*infrav1.ContainerMachine) {}),
 			update: func(o client.Object) {
 				m := o.(*infrav1.ContainerMachine)
-				m.Spec.ExtraMounts = append(m.Spec.ExtraMounts, infrav1.Mount{ContainerPath: "/etc", HostPath: "/tmp"})
-			}, refused: "spec.extraMounts[1].containerPath"},
+				m.Spec.ExtraMounts = append(m.Spec.ExtraMounts, infrav1.Mount{ContainerPath: "/etc", HostPath: "/srv/capct"})
+			}, want: both(refused("spec.extraMounts[1].containerPath"))},
 
 		// ContainerMachine: images.
 		{kind: "ContainerMachine", input: "image evil.example.com/node:1, not under an allowed prefix",
-			obj: machine(machineSpec(image("evil.example.com/node:1"))), refused: "spec.image"},
+			obj: machine(machineSpec(image("evil.example.com/node:1"))), want: both(refused("spec.image"))},
 		{kind: "ContainerMachine", input: "image capct.evil.com/node:1 (a registry named like the prefix)",
-			obj: machine(machineSpec(image("capct.evil.com/node:1"))), refused: "spec.image"},
+			obj: machine(machineSpec(image("capct.evil.com/node:1"))), want: both(refused("spec.image"))},
 		{kind: "ContainerMachine", input: "image capct/Node:v1 (uppercase: not a reference)",
-			obj: machine(machineSpec(image("capct/Node:v1"))), refused: "spec.image"},
+			obj: machine(machineSpec(image("capct/Node:v1"))), want: both(refused("spec.image"))},
 		{kind: "ContainerMachine", input: "preloaded image busybox, not under an allowed prefix",
-			obj:     machine(machineSpec(func(s *infrav1.ContainerMachineSpec) { s.PreLoadImages = []string{"capct/ok:1", "busybox"} })),
-			refused: "spec.preLoadImages[1]"},
+			obj:  machine(machineSpec(func(s *infrav1.ContainerMachineSpec) { s.PreLoadImages = []string{"capct/ok:1", "busybox"} })),
+			want: both(refused("spec.preLoadImages[1]"))},
 		{kind: "ContainerMachine", input: "preloaded image --all (an option, not a reference)",
-			obj:     machine(machineSpec(func(s *infrav1.ContainerMachineSpec) { s.PreLoadImages = []string{"--all"} })),
-			refused: "spec.preLoadImages[0]"},
+			obj:  machine(machineSpec(func(s *infrav1.ContainerMachineSpec) { s.PreLoadImages = []string{"--all"} })),
+			want: both(refused("spec.preLoadImages[0]"))},
 		{kind: "ContainerMachine", input: "preloaded image added by an update",
-			obj:     machine(func(*infrav1.ContainerMachine) {}),
-			update:  func(o client.Object) { o.(*infrav1.ContainerMachine).Spec.PreLoadImages = []string{"evil/tool:1"} },
-			refused: "spec.preLoadImages[0]"},
+			obj:    machine(func(*infrav1.ContainerMachine) {}),
+			update: func(o client.Object) { o.(*infrav1.ContainerMachine).Spec.PreLoadImages = []string{"evil/tool:1"} },
+			want:   both(refused("spec.preLoadImages[0]"))},
 		{kind: "ContainerMachine", input: "image allowed but not on the container host",
-			obj:      machine(machineSpec(image("capct/node:v0.0.0-missing"))),
-			atLaunch: "Launched False, ImageNotOnHost (not final), naming spec.image: CAPCT never pulls, and launches once the image is loaded"},
+			obj:  machine(machineSpec(image("capct/node:v0.0.0-missing"))),
+			want: both(accepted("Launched False, ImageNotOnHost (not final), naming spec.image: CAPCT never pulls, and launches once the image is loaded"))},
 
 		// ContainerMachine: identity and count.
 		{kind: "ContainerMachine", input: "providerID preset on create",
-			obj:     machine(func(m *infrav1.ContainerMachine) { m.Spec.ProviderID = "container:///demo-control-plane-abcde" }),
-			refused: "spec.providerID"},
+			obj:  machine(func(m *infrav1.ContainerMachine) { m.Spec.ProviderID = "container:///demo-control-plane-abcde" }),
+			want: both(refused("spec.providerID"))},
 		{kind: "ContainerMachine", input: "providerID preset on create in a running cluster",
 			obj: machine(func(m *infrav1.ContainerMachine) {
 				inCluster(cappedCluster)(m)
 				m.Spec.ProviderID = "container:///victim-cp-0"
-			}), refused: "spec.providerID"},
+			}), want: both(refused("spec.providerID"))},
 		{kind: "ContainerMachine", input: "providerID preset on create while the Cluster is paused (clusterctl move)",
 			obj: machine(func(m *infrav1.ContainerMachine) {
 				inCluster(pausedCluster)(m)
 				m.Spec.ProviderID = "container:///moving-md-0-abcde"
-			}), atLaunch: "adopted as the moved machine's container"},
+			}), want: both(accepted("adopted as the moved machine's container"))},
 		{kind: "ContainerMachine", input: "engine annotation preset on create (choosing an engine the namespace may not use)",
 			obj: machine(func(m *infrav1.ContainerMachine) {
 				inCluster(cappedCluster)(m)
 				m.Annotations = map[string]string{infrav1.EngineAnnotation: "someone-elses-engine"}
-			}), refused: "metadata.annotations[" + infrav1.EngineAnnotation + "]"},
-		{kind: "ContainerMachine", input: "a 4th machine with --max-machines-per-cluster=3",
+			}), want: both(refused("metadata.annotations[" + infrav1.EngineAnnotation + "]"))},
+		{kind: "ContainerMachine", input: "a 4th machine in a Cluster",
 			existing: []client.Object{
 				machine(inCluster(cappedCluster)), machine(inCluster(cappedCluster)), machine(inCluster(cappedCluster)),
 			},
-			obj: machine(inCluster(cappedCluster)), refused: "metadata.labels[cluster.x-k8s.io/cluster-name]"},
-		{kind: "ContainerMachine", input: "a 4th machine for a Cluster that does not exist yet, with --max-machines-per-cluster=3",
+			obj: machine(inCluster(cappedCluster)), want: outcomes{
+				shipped:  accepted(belowShippedCap),
+				hardened: refused("metadata.labels[cluster.x-k8s.io/cluster-name]"),
+			}},
+		{kind: "ContainerMachine", input: "a 4th machine for a Cluster that does not exist yet",
 			existing: []client.Object{
 				machine(inCluster(ghostCluster)), machine(inCluster(ghostCluster)), machine(inCluster(ghostCluster)),
 			},
-			obj: machine(inCluster(ghostCluster)), refused: "metadata.labels[cluster.x-k8s.io/cluster-name]"},
+			obj: machine(inCluster(ghostCluster)), want: outcomes{
+				shipped:  accepted(belowShippedCap),
+				hardened: refused("metadata.labels[cluster.x-k8s.io/cluster-name]"),
+			}},
 		{kind: "ContainerMachine", input: "cluster-name label changed from a Cluster that does not exist to a running one (bypassing its cap)",
-			obj:     machine(inCluster(ghostCluster + "-1")),
-			update:  relabel(cappedCluster),
-			refused: "metadata.labels[cluster.x-k8s.io/cluster-name]"},
+			obj:    machine(inCluster(ghostCluster + "-1")),
+			update: relabel(cappedCluster),
+			want:   both(refused("metadata.labels[cluster.x-k8s.io/cluster-name]"))},
 		{kind: "ContainerMachine", input: "cluster-name label removed",
-			obj:     machine(inCluster(cappedCluster)),
-			update:  func(o client.Object) { o.SetLabels(nil) },
-			refused: "metadata.labels[cluster.x-k8s.io/cluster-name]"},
-		{kind: "ContainerMachine", input: "cluster-name label added to an unlabelled machine, with the Cluster at --max-machines-per-cluster=3",
+			obj:    machine(inCluster(cappedCluster)),
+			update: func(o client.Object) { o.SetLabels(nil) },
+			want:   both(refused("metadata.labels[cluster.x-k8s.io/cluster-name]"))},
+		{kind: "ContainerMachine", input: "cluster-name label added to an unlabelled machine, making it a Cluster's 4th",
 			existing: []client.Object{
 				machine(inCluster(cappedCluster)), machine(inCluster(cappedCluster)), machine(inCluster(cappedCluster)),
 			},
-			obj:     machine(func(*infrav1.ContainerMachine) {}),
-			update:  relabel(cappedCluster),
-			refused: "metadata.labels[cluster.x-k8s.io/cluster-name]"},
+			obj:    machine(func(*infrav1.ContainerMachine) {}),
+			update: relabel(cappedCluster),
+			want: outcomes{
+				shipped:  accepted(belowShippedCap),
+				hardened: refused("metadata.labels[cluster.x-k8s.io/cluster-name]"),
+			}},
 		{kind: "ContainerMachine", input: "a 253-character name with dots (too long and invalid for a hostname)",
 			obj: machine(func(m *infrav1.ContainerMachine) {
 				m.Name = strings.Repeat("a.", 126) + "b"
-			}), atLaunch: "internal/naming makes the container name a valid hostname: sanitized, shortened, with a hash"},
+			}), want: both(accepted("internal/naming makes the container name a valid hostname: sanitized, shortened, with a hash"))},
 
 		// ContainerMachineTemplate: the machine rules inside the template.
 		{kind: "ContainerMachineTemplate", input: "mount onto /etc/kubernetes",
-			obj:     machineTemplate(mount("/etc/kubernetes", "/srv/capct/pki")),
-			refused: "spec.template.spec.extraMounts[0].containerPath"},
+			obj:  machineTemplate(mount("/etc/kubernetes", "/srv/capct/pki")),
+			want: both(refused("spec.template.spec.extraMounts[0].containerPath"))},
 		{kind: "ContainerMachineTemplate", input: "host path /etc/shadow",
-			obj:     machineTemplate(mount("/data", "/etc/shadow")),
-			refused: "spec.template.spec.extraMounts[0].hostPath"},
-		{kind: "ContainerMachineTemplate", input: "image kindest/node:v1.35.0, another repository of an allowed owner",
-			obj:     machineTemplate(image("kindest/node:v1.35.0")),
-			refused: "spec.template.spec.image"},
+			obj:  machineTemplate(mount("/data", "/etc/shadow")),
+			want: both(refused("spec.template.spec.extraMounts[0].hostPath"))},
+		{kind: "ContainerMachineTemplate", input: "image kindest/node:v1.35.0, kind's node image",
+			obj: machineTemplate(image("kindest/node:v1.35.0")), want: outcomes{
+				shipped: accepted("its machines get Launched False, ImageNotOnHost (not final), naming spec.image, " +
+					"until the image is loaded; then they run as docs/node-image.md describes"),
+				hardened: refused("spec.template.spec.image"),
+			}},
 		{kind: "ContainerMachineTemplate", input: "cpus 0.001",
-			obj:     machineTemplate(func(s *infrav1.ContainerMachineSpec) { s.Resources.CPUs = quantity("0.001") }),
-			refused: "spec.template.spec.resources.cpus"},
+			obj:  machineTemplate(func(s *infrav1.ContainerMachineSpec) { s.Resources.CPUs = quantity("0.001") }),
+			want: both(refused("spec.template.spec.resources.cpus"))},
 
 		// ContainerMachinePool and its template.
 		{kind: "ContainerMachinePool", input: "mount onto /proc/sys",
-			obj: pool(mount("/proc/sys", "/srv/capct/x")), refused: "spec.template.extraMounts[0].containerPath"},
+			obj: pool(mount("/proc/sys", "/srv/capct/x")), want: both(refused("spec.template.extraMounts[0].containerPath"))},
 		{kind: "ContainerMachinePool", input: "host path /root",
-			obj: pool(mount("/data", "/root")), refused: "spec.template.extraMounts[0].hostPath"},
+			obj: pool(mount("/data", "/root")), want: both(refused("spec.template.extraMounts[0].hostPath"))},
 		{kind: "ContainerMachinePool", input: "preloaded image evil/miner:1",
-			obj:     pool(func(s *infrav1.ContainerMachineSpec) { s.PreLoadImages = []string{"evil/miner:1"} }),
-			refused: "spec.template.preLoadImages[0]"},
+			obj:  pool(func(s *infrav1.ContainerMachineSpec) { s.PreLoadImages = []string{"evil/miner:1"} }),
+			want: both(refused("spec.template.preLoadImages[0]"))},
 		{kind: "ContainerMachinePool", input: "memory 100Mi",
-			obj:     pool(func(s *infrav1.ContainerMachineSpec) { s.Resources.Memory = quantity("100Mi") }),
-			refused: "spec.template.resources.memory"},
+			obj:  pool(func(s *infrav1.ContainerMachineSpec) { s.Resources.Memory = quantity("100Mi") }),
+			want: both(refused("spec.template.resources.memory"))},
 		{kind: "ContainerMachinePool", input: "cluster-name label changed to another cluster",
 			obj: func() client.Object {
 				p := validPool("")
 				p.Labels = map[string]string{clusterv1.ClusterNameLabel: ghostCluster}
 				return p
 			}(),
-			update: relabel(cappedCluster), refused: "metadata.labels[cluster.x-k8s.io/cluster-name]"},
+			update: relabel(cappedCluster), want: both(refused("metadata.labels[cluster.x-k8s.io/cluster-name]"))},
 		{kind: "ContainerMachinePoolTemplate", input: "image evil/node:1",
-			obj: poolTemplate(image("evil/node:1")), refused: "spec.template.spec.template.image"},
+			obj: poolTemplate(image("evil/node:1")), want: both(refused("spec.template.spec.template.image"))},
 		{kind: "ContainerMachinePoolTemplate", input: "mount onto /usr",
-			obj: poolTemplate(mount("/usr", "/srv/capct/usr")), refused: "spec.template.spec.template.extraMounts[0].containerPath"},
+			obj: poolTemplate(mount("/usr", "/srv/capct/usr")), want: both(refused("spec.template.spec.template.extraMounts[0].containerPath"))},
 
 		// Objects being deleted, held by a finalizer that is not CAPCT's:
 		// the checks still apply, and only what the deletion needs (the
 		// finalizers' removal) passes.
 		{kind: "ContainerCluster", input: "load balancer image evil/haproxy:1 set while deleted under a user's finalizer",
 			obj: cluster(func(*infrav1.ContainerCluster) {}), deleted: true,
-			update:  func(o client.Object) { o.(*infrav1.ContainerCluster).Spec.LoadBalancer.Image = "evil/haproxy:1" },
-			refused: "spec.loadBalancer.image"},
+			update: func(o client.Object) { o.(*infrav1.ContainerCluster).Spec.LoadBalancer.Image = "evil/haproxy:1" },
+			want:   both(refused("spec.loadBalancer.image"))},
 		{kind: "ContainerMachine", input: "mount onto /etc added while deleted under a user's finalizer",
 			obj: machine(func(*infrav1.ContainerMachine) {}), deleted: true,
 			update: func(o client.Object) {
 				m := o.(*infrav1.ContainerMachine)
-				m.Spec.ExtraMounts = append(m.Spec.ExtraMounts, infrav1.Mount{ContainerPath: "/etc", HostPath: "/tmp"})
-			}, refused: "spec.extraMounts[1].containerPath"},
+				m.Spec.ExtraMounts = append(m.Spec.ExtraMounts, infrav1.Mount{ContainerPath: "/etc", HostPath: "/srv/capct"})
+			}, want: both(refused("spec.extraMounts[1].containerPath"))},
 		{kind: "ContainerMachine", input: "cluster-name label changed while deleted under a user's finalizer",
 			obj: machine(inCluster(ghostCluster + "-2")), deleted: true,
-			update: relabel(cappedCluster), refused: "metadata.labels[cluster.x-k8s.io/cluster-name]"},
+			update: relabel(cappedCluster), want: both(refused("metadata.labels[cluster.x-k8s.io/cluster-name]"))},
 		{kind: "ContainerMachineTemplate", input: "spec.template.spec changed (to an allowed image) while deleted under a user's finalizer",
 			obj: machineTemplate(func(*infrav1.ContainerMachineSpec) {}), deleted: true,
 			update: func(o client.Object) {
 				o.(*infrav1.ContainerMachineTemplate).Spec.Template.Spec.Image = "capct/node:v1.35.5"
-			}, refused: "spec.template.spec"},
+			}, want: both(refused("spec.template.spec"))},
 		{kind: "ContainerMachinePool", input: "preloaded image evil/miner:1 added while deleted under a user's finalizer",
 			obj: pool(func(*infrav1.ContainerMachineSpec) {}), deleted: true,
 			update: func(o client.Object) {
 				o.(*expinfrav1.ContainerMachinePool).Spec.Template.PreLoadImages = []string{"evil/miner:1"}
-			}, refused: "spec.template.preLoadImages[0]"},
+			}, want: both(refused("spec.template.preLoadImages[0]"))},
 	}
 }
 
 // TestHostileInputs sends each hostile or mistaken object of hostileCases
-// to a real API server with CAPCT's CRDs and webhooks: each is refused with
-// an error that names the field, or accepted when only the launch can judge
-// it. A panic in a webhook would fail the request, and so the row.
+// to a real API server with CAPCT's CRDs and webhooks, once under the
+// shipped defaults (in shippedNamespace) and once under the hardened flags
+// (testPolicy, in the default namespace): each is refused with an error that
+// names the field, or accepted when the policy allows it or only the launch
+// can judge it, as the case says for that policy. A panic in a webhook would
+// fail the request, and so the row.
 func TestHostileInputs(t *testing.T) {
-	testCases := hostileCases()
-	if len(testCases) < 40 {
-		t.Fatalf("the table must hold at least 40 hostile inputs, it holds %d", len(testCases))
+	if n := len(hostileCases()); n < 40 {
+		t.Fatalf("the table must hold at least 40 hostile inputs, it holds %d", n)
 	}
+	for _, run := range []struct {
+		name      string
+		namespace string
+		want      func(outcomes) outcome
+	}{
+		{name: "shipped defaults", namespace: shippedNamespace, want: func(o outcomes) outcome { return o.shipped }},
+		{name: "hardened flags", namespace: metav1.NamespaceDefault, want: func(o outcomes) outcome { return o.hardened }},
+	} {
+		t.Run(run.name, func(t *testing.T) {
+			for i, tc := range hostileCases() {
+				t.Run(tc.kind+": "+tc.input, func(t *testing.T) {
+					runHostileCase(t, i, tc, run.namespace, run.want(tc.want))
+				})
+			}
+		})
+	}
+}
+
+// runHostileCase sends tc, its objects put in namespace, and checks that
+// the API server does what want says.
+func runHostileCase(t *testing.T, i int, tc hostileCase, namespace string, want outcome) {
 	ctx := context.Background()
-	create := func(t *testing.T, obj client.Object) error {
+	create := func(obj client.Object) error {
+		obj.SetNamespace(namespace)
 		err := env.Client.Create(ctx, obj)
 		if err == nil {
 			t.Cleanup(func() { _ = env.Client.Delete(ctx, obj) })
 		}
 		return err
 	}
-	for i, tc := range testCases {
-		t.Run(tc.kind+": "+tc.input, func(t *testing.T) {
-			for j, obj := range tc.existing {
-				obj.SetName(fmt.Sprintf("hostile-%d-existing-%d", i, j))
-				if err := create(t, obj); err != nil {
-					t.Fatalf("failed to create an existing object: %v", err)
-				}
-			}
-			obj := tc.obj
-			if obj.GetName() == "" {
-				obj.SetName(fmt.Sprintf("hostile-%d", i))
-			}
-			if tc.deleted {
-				obj.SetFinalizers(append(obj.GetFinalizers(), userFinalizer))
-			}
-			err := create(t, obj)
-			if tc.deleted {
-				if err != nil {
-					t.Fatalf("failed to create the object to delete: %v", err)
-				}
-				deleteHeld(ctx, t, obj)
-			}
-			if tc.update != nil {
-				if err != nil {
-					t.Fatalf("failed to create the object to update: %v", err)
-				}
-				tc.update(obj)
-				err = env.Client.Update(ctx, obj)
-			}
-			if tc.refused == "" {
-				if err != nil {
-					t.Fatalf("want accepted (%s), got %v", tc.atLaunch, err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("the API server accepted it; want a refusal naming %s", tc.refused)
-			}
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("want an Invalid error naming %s, got %v", tc.refused, err)
-			}
-			if !namesField(err.Error(), tc.refused) {
-				t.Fatalf("the error does not name %s: %v", tc.refused, err)
-			}
-		})
+	for j, obj := range tc.existing {
+		obj.SetName(fmt.Sprintf("hostile-%d-existing-%d", i, j))
+		if err := create(obj); err != nil {
+			t.Fatalf("failed to create an existing object: %v", err)
+		}
+	}
+	obj := tc.obj
+	if obj.GetName() == "" {
+		obj.SetName(fmt.Sprintf("hostile-%d", i))
+	}
+	if tc.deleted {
+		obj.SetFinalizers(append(obj.GetFinalizers(), userFinalizer))
+	}
+	err := create(obj)
+	if tc.deleted {
+		if err != nil {
+			t.Fatalf("failed to create the object to delete: %v", err)
+		}
+		deleteHeld(ctx, t, obj)
+	}
+	if tc.update != nil {
+		if err != nil {
+			t.Fatalf("failed to create the object to update: %v", err)
+		}
+		tc.update(obj)
+		err = env.Client.Update(ctx, obj)
+	}
+	if want.refused == "" {
+		if err != nil {
+			t.Fatalf("want accepted (%s), got %v", want.atLaunch, err)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("the API server accepted it; want a refusal naming %s", want.refused)
+	}
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("want an Invalid error naming %s, got %v", want.refused, err)
+	}
+	if !namesField(err.Error(), want.refused) {
+		t.Fatalf("the error does not name %s: %v", want.refused, err)
 	}
 }
 

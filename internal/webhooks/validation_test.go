@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 	os.Exit(envtest.Run(m, func(ctx context.Context, e *envtest.Environment) error {
 		env = e
 		*env.Policy = testPolicy
+		if err := startShippedWebhooks(ctx, e); err != nil {
+			return err
+		}
 		return createFixtureClusters(ctx, e.Client)
 	}, nil))
 }
@@ -36,7 +39,7 @@ func validMachine(name string) *infrav1.ContainerMachine {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault},
 		Spec: infrav1.ContainerMachineSpec{
 			Image:       "capct/node:v1.35.4",
-			ExtraMounts: []infrav1.Mount{{ContainerPath: "/data", HostPath: "/tmp/data"}},
+			ExtraMounts: []infrav1.Mount{{ContainerPath: "/data", HostPath: "/srv/capct/data"}},
 			Resources:   &infrav1.MachineResources{CPUs: ptr.To(resource.MustParse("1")), Memory: ptr.To(resource.MustParse("1Gi"))},
 			Lifecycle:   infrav1.MachineLifecycle{RegistrationTTL: &metav1.Duration{Duration: 600_000_000_000}},
 		},
@@ -114,7 +117,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		}, wantField: "spec.image"},
 		{name: "machine mount with relative container path", obj: func(n string) client.Object {
 			m := validMachine(n)
-			m.Spec.ExtraMounts = []infrav1.Mount{{ContainerPath: "data", HostPath: "/tmp"}}
+			m.Spec.ExtraMounts = []infrav1.Mount{{ContainerPath: "data", HostPath: "/srv/capct"}}
 			return m
 		}, wantField: "spec.extraMounts[0].containerPath"},
 		{name: "machine mount with relative host path", obj: func(n string) client.Object {
