@@ -125,7 +125,8 @@ upgrade_image() {
 
 # previous_release builds CAPCT's previous release for the clusterctl
 # upgrade spec, when it runs: the e2e config's CAPCT_PREVIOUS_RELEASE names
-# a tag of this repository, and its commit's own scripts write its release
+# a tag of this repository (CAPCT_PREVIOUS_RELEASE_COMMIT its commit), and
+# that commit's own scripts write its release
 # manifests (a clusterctl repository folder) and its manager image
 # docker.io/capct/manager:<tag>. Built once per commit.
 previous_release_dir=
@@ -134,8 +135,15 @@ previous_release() {
   local version commit dir image
   version=$(config_variable CAPCT_PREVIOUS_RELEASE)
   step "CAPCT's previous release $version (clusterctl upgrade)"
-  commit=$(git -C "$QS_ROOT" rev-parse --verify --quiet "$version^{commit}") ||
-    die "tag $version is not in this clone (git fetch --tags): the clusterctl upgrade spec installs that release first"
+  # The config pins the tag's commit too: a clone without tags still finds
+  # the release, and a tag moved elsewhere is refused.
+  commit=$(config_variable CAPCT_PREVIOUS_RELEASE_COMMIT)
+  git -C "$QS_ROOT" cat-file -e "$commit^{commit}" 2>/dev/null ||
+    die "commit $commit of release $version is not in this clone (a shallow clone?): the clusterctl upgrade spec installs that release first"
+  local tagged
+  if tagged=$(git -C "$QS_ROOT" rev-parse --verify --quiet "$version^{commit}") && [[ "$tagged" != "$commit" ]]; then
+    die "tag $version names $tagged, but the e2e config pins release $version to $commit"
+  fi
   dir=$QS_OUT/previous-release/$commit
   image=docker.io/capct/manager:$version
   previous_release_dir=$dir/out/infrastructure-container/$version
