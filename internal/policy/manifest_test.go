@@ -1,61 +1,30 @@
-package policy
+package policy_test
 
 import (
-	"errors"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/spf13/pflag"
-	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
-	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/policy"
+	"github.com/capct/cluster-api-provider-container/internal/policy/policytest"
 )
 
 // shippedPolicy is the policy of a manager installed by `clusterctl init`
-// with no variable set: config/manager/manager.yaml as clusterctl's own
-// processor substitutes it, its policy flags parsed as the manager does.
-func shippedPolicy(t *testing.T) Policy {
+// with no variable set (policytest.Shipped); it fails the test unless the
+// manifest sets every policy flag, so that clusterctl users can set each.
+func shippedPolicy(t *testing.T) policy.Policy {
 	t.Helper()
-	raw, err := os.ReadFile("../../config/manager/manager.yaml")
+	p, args, err := policytest.Shipped("../../config/manager/manager.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	noVariables := func(string) (string, error) { return "", errors.New("not set") }
-	out, err := yamlprocessor.NewSimpleProcessor().Process(raw, noVariables)
-	if err != nil {
-		t.Fatalf("clusterctl cannot install the manager with no variable set: %v", err)
-	}
-	var d appsv1.Deployment
-	if err := yaml.Unmarshal(out, &d); err != nil {
-		t.Fatal(err)
-	}
-	var p Policy
-	fs := pflag.NewFlagSet("manager", pflag.ContinueOnError)
-	p.AddFlags(fs)
-	var args []string
-	for _, c := range d.Spec.Template.Spec.Containers {
-		if c.Name != "manager" {
-			continue
-		}
-		for _, a := range c.Args {
-			name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-			if fs.Lookup(name) != nil {
-				args = append(args, a)
-			}
-		}
-	}
-	for _, flag := range []string{FlagAllowedHostPathPrefixes, FlagAllowedImagePrefixes, FlagAllowedNetworks, FlagMaxMachinesPerCluster} {
+	for _, flag := range []string{policy.FlagAllowedHostPathPrefixes, policy.FlagAllowedImagePrefixes, policy.FlagAllowedNetworks, policy.FlagMaxMachinesPerCluster} {
 		if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--"+flag+"=") }) {
 			t.Fatalf("the manifest does not set --%s: clusterctl users cannot", flag)
 		}
-	}
-	if err := fs.Parse(args); err != nil {
-		t.Fatal(err)
 	}
 	return p
 }
@@ -99,8 +68,8 @@ func TestTheShippedPolicyKeepsTheHostOutOfTenantsReach(t *testing.T) {
 			t.Errorf("the shipped policy refuses the quickstart's cluster: %v", errs)
 		}
 	}
-	if p.MaxMachinesPerCluster != DefaultMaxMachinesPerCluster || p.LocalEngineNamespaces != nil {
+	if p.MaxMachinesPerCluster != policy.DefaultMaxMachinesPerCluster || p.LocalEngineNamespaces != nil {
 		t.Errorf("shipped: max machines %d, local engine %+v; want %d and every namespace",
-			p.MaxMachinesPerCluster, p.LocalEngineNamespaces, DefaultMaxMachinesPerCluster)
+			p.MaxMachinesPerCluster, p.LocalEngineNamespaces, policy.DefaultMaxMachinesPerCluster)
 	}
 }

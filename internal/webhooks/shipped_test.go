@@ -2,27 +2,22 @@ package webhooks_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/yaml"
 
 	"github.com/capct/cluster-api-provider-container/internal/policy"
+	"github.com/capct/cluster-api-provider-container/internal/policy/policytest"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 	"github.com/capct/cluster-api-provider-container/internal/webhooks"
 )
@@ -45,47 +40,11 @@ const shippedNamespace = "shipped-defaults"
 const managerManifest = "../../config/manager/manager.yaml"
 
 // shippedPolicy is the policy of a manager that `clusterctl init` installs
-// with no variable set: managerManifest as clusterctl's own processor
-// substitutes it, its policy flags parsed by the manager's own AddFlags.
-// Reading the manifest, rather than writing the defaults down again here,
-// keeps one source: a default changed there changes this table's outcomes.
+// with no variable set, read from managerManifest: a default changed there
+// changes this table's outcomes.
 func shippedPolicy() (policy.Policy, error) {
-	raw, err := os.ReadFile(managerManifest)
-	if err != nil {
-		return policy.Policy{}, fmt.Errorf("failed to read the manager's manifest: %w", err)
-	}
-	unset := func(string) (string, error) { return "", errors.New("not set") }
-	out, err := yamlprocessor.NewSimpleProcessor().Process(raw, unset)
-	if err != nil {
-		return policy.Policy{}, fmt.Errorf("failed to substitute the manager's manifest with no variable set: %w", err)
-	}
-	var d appsv1.Deployment
-	if err := yaml.Unmarshal(out, &d); err != nil {
-		return policy.Policy{}, fmt.Errorf("failed to decode the manager's Deployment: %w", err)
-	}
-	var p policy.Policy
-	fs := pflag.NewFlagSet("manager", pflag.ContinueOnError)
-	p.AddFlags(fs)
-	var args []string
-	for _, c := range d.Spec.Template.Spec.Containers {
-		if c.Name != "manager" {
-			continue
-		}
-		// Only the policy's flags: the manager's others are not bound here.
-		for _, a := range c.Args {
-			name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-			if fs.Lookup(name) != nil {
-				args = append(args, a)
-			}
-		}
-	}
-	if len(args) == 0 {
-		return policy.Policy{}, errors.New("the manager's manifest passes no policy flag")
-	}
-	if err := fs.Parse(args); err != nil {
-		return policy.Policy{}, fmt.Errorf("failed to parse the manifest's policy flags %v: %w", args, err)
-	}
-	return p, nil
+	p, _, err := policytest.Shipped(managerManifest)
+	return p, err
 }
 
 // startShippedWebhooks serves CAPCT's webhooks with shippedPolicy for
