@@ -19,7 +19,7 @@ var _ = Describe("When testing KCP remediation", Label("kcp-remediation"), func(
 			InfrastructureProvider: ptr.To("container"),
 			// Three control-plane machines, each held before kubeadm until
 			// the spec signals it through the management cluster
-			// (test/e2e/parts/kcp-wait-signal-*.yaml), and a
+			// (templates/e2e/kcp-remediation/wait-signal.yaml), and a
 			// MachineHealthCheck on them.
 			Flavor: ptr.To("kcp-remediation"),
 		}

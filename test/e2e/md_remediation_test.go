@@ -18,7 +18,7 @@ var _ = Describe("When testing MachineDeployment remediation", Label("md-remedia
 			SkipCleanup:            skipCleanup,
 			InfrastructureProvider: ptr.To("container"),
 			// The default flavor and a MachineHealthCheck on md-0's workers
-			// (test/e2e/parts/mhc-md-remediation.yaml).
+			// (templates/e2e/md-remediation/mhc.yaml).
 			Flavor: ptr.To("md-remediation"),
 		}
 	})
