@@ -336,7 +336,7 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	runtime := container.WithCallTimeout(engine, o.containerRuntimeAPITimeout)
 	// The manager's own engine, and every ContainerEngine the engine
 	// controller connects (docs/multihost.md).
-	set := controllers.NewEngines(runtime, mgr.GetAPIReader(), os.Getenv(podNamespaceEnv), o.containerRuntimeAPITimeout, nil)
+	set := controllers.NewEngines(runtime, docker.Connect, mgr.GetAPIReader(), os.Getenv(podNamespaceEnv), o.containerRuntimeAPITimeout, nil)
 	var capacity *hostcapacity.Gate
 	if o.hostCapacityCheck {
 		capacity = &hostcapacity.Gate{

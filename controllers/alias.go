@@ -38,13 +38,15 @@ func NewNodeIPAM(c client.Client, reader client.Reader) *NodeIPAM {
 
 // NewEngines returns the container engines of a manager: local, its own
 // engine, already bounded by its call timeout, and every ContainerEngine the
-// ContainerEngineReconciler connects. Engines' Secrets are read through
+// ContainerEngineReconciler connects, whose clients connect makes: the
+// backend's constructor (docker.Connect), which the program passes so that
+// these reconcilers depend on no backend. Engines' Secrets are read through
 // reader (mgr.GetAPIReader()) from namespace, the manager's own
 // (POD_NAMESPACE; empty fails every engine that needs a Secret), and each
 // call to an engine is bounded by callTimeout, as
 // --container-runtime-timeout bounds the manager's own.
-func NewEngines(local container.Runtime, reader client.Reader, namespace string, callTimeout time.Duration, clk clock.PassiveClock) *engines.Registry {
-	return engines.NewRegistry(local, reader, namespace, callTimeout, clk)
+func NewEngines[C engines.Client](local container.Runtime, connect engines.Connector[C], reader client.Reader, namespace string, callTimeout time.Duration, clk clock.PassiveClock) *engines.Registry {
+	return engines.NewRegistry(local, connect, reader, namespace, callTimeout, clk)
 }
 
 // ContainerClusterReconciler reconciles ContainerClusters.

@@ -2,230 +2,125 @@ package engines
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"io"
-	"log"
-	"math/big"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/container/fake"
 )
 
-// fakeEngine answers as much of the Docker API as ImageExists needs: the
-// version ping, and "no such image" for every image. It records the
-// requests it serves past the ping, and the client certificate's name.
-type fakeEngine struct {
-	mu       sync.Mutex
-	requests []string
-	clients  []string
+// recordedClient is a backend's own client type: a fake runtime that
+// counts its Closes.
+type recordedClient struct {
+	*fake.Runtime
+	closed int
 }
 
-func (e *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/_ping" {
-		w.Header().Set("Api-Version", "1.41")
-		_, _ = w.Write([]byte("OK"))
-		return
+func (c *recordedClient) Close() error {
+	c.closed++
+	return nil
+}
+
+// recorder is a Connector that records what it was given and makes
+// recordedClients, or fails with err.
+type recorder struct {
+	secrets []map[string][]byte
+	made    []*recordedClient
+	err     error
+}
+
+func (r *recorder) connect(_ *infrav1.ContainerEngine, secret map[string][]byte) (*recordedClient, error) {
+	r.secrets = append(r.secrets, secret)
+	if r.err != nil {
+		// A nil pointer of the backend's type, as a constructor returns.
+		return nil, r.err
 	}
-	e.mu.Lock()
-	e.requests = append(e.requests, r.Method+" "+r.URL.Path)
-	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-		e.clients = append(e.clients, r.TLS.PeerCertificates[0].Subject.CommonName)
+	c := &recordedClient{Runtime: fake.New(clocktesting.NewFakeClock(time.Now()))}
+	r.made = append(r.made, c)
+	return c, nil
+}
+
+// TestRegistryConnectsThroughItsConnector checks the seam to the backend:
+// the Registry makes an engine's client only through the Connector it was
+// given, with the data of the engine's Secret, once per generation and
+// Secret version, closing the client it replaces or forgets; a Secret that
+// is missing, or that the Connector refuses, is an InvalidCredentialsError,
+// and a failed connection leaves the engine unserved.
+func TestRegistryConnectsThroughItsConnector(t *testing.T) {
+	ctx := context.Background()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "capct-system", Name: "engine-b-tls"},
+		Data: map[string][]byte{container.SecretCA: []byte("ca")}}
+	reader := fakeclient.NewClientBuilder().WithObjects(secret).Build()
+	rec := &recorder{}
+	reg := NewRegistry(nil, rec.connect, reader, "capct-system", time.Second, nil)
+	engine := &infrav1.ContainerEngine{ObjectMeta: metav1.ObjectMeta{Name: "engine-b", Generation: 1}, Spec: infrav1.ContainerEngineSpec{
+		Endpoint: "tcp://engine-b.example:2376",
+		TLS:      &infrav1.EngineTLS{SecretRef: infrav1.LocalObjectReference{Name: "engine-b-tls"}},
+	}}
+
+	if _, err := reg.Ensure(ctx, engine); err != nil {
+		t.Fatalf("Ensure: %v", err)
 	}
-	e.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusNotFound)
-	_, _ = w.Write([]byte(`{"message":"No such image"}`))
-}
-
-func (e *fakeEngine) served() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]string(nil), e.requests...)
-}
-
-// askForImage makes one call to the engine through c, bounded as the
-// manager bounds every call.
-func askForImage(t *testing.T, c *Client) error {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	exists, err := c.ImageExists(ctx, "capct/node:v1.35.4")
-	if err == nil && exists {
-		t.Fatal("the fake engine has no images, yet the client says it has capct/node:v1.35.4")
+	if len(rec.made) != 1 || string(rec.secrets[0][container.SecretCA]) != "ca" {
+		t.Fatalf("the Connector made %d clients from Secrets %v; want one, from the engine's Secret", len(rec.made), rec.secrets)
 	}
-	return err
-}
+	if _, err := reg.Ensure(ctx, engine); err != nil || len(rec.made) != 1 {
+		t.Fatalf("Ensure of an unchanged engine: %v, %d clients made; want the one held", err, len(rec.made))
+	}
 
-// certAuthority issues certificates for the tests.
-type certAuthority struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T, name string) *certAuthority {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
+	engine.Generation = 2
+	if _, err := reg.Ensure(ctx, engine); err != nil || len(rec.made) != 2 || rec.made[0].closed != 1 {
+		t.Fatalf("Ensure of a changed engine: %v, %d clients made, the first closed %d times; want a second, the first closed",
+			err, len(rec.made), rec.made[0].closed)
+	}
+	secret.Data[container.SecretCA] = []byte("new ca")
+	if err := reader.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &certAuthority{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue returns the PEM certificate and key of name, valid for dns and ips.
-func (ca *certAuthority) issue(t *testing.T, name string, usage x509.ExtKeyUsage, dns []string, ips []net.IP) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		DNSNames: dns, IPAddresses: ips,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
-}
-
-// tlsEngine serves a fake engine over TLS on loopback, with a server
-// certificate from serverCA for dns and ips, requiring a client certificate
-// from clientCA.
-func tlsEngine(t *testing.T, serverCA, clientCA *certAuthority, dns []string, ips []net.IP) (*fakeEngine, string) {
-	t.Helper()
-	certPEM, keyPEM := serverCA.issue(t, "engine-b", x509.ExtKeyUsageServerAuth, dns, ips)
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clients := x509.NewCertPool()
-	clients.AddCert(clientCA.cert)
-	engine := &fakeEngine{}
-	s := httptest.NewUnstartedServer(engine)
-	s.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: clients, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
-	// The failed handshakes are expected; they would only clutter the log.
-	s.Config.ErrorLog = log.New(io.Discard, "", 0)
-	s.StartTLS()
-	t.Cleanup(s.Close)
-	return engine, "tcp://" + s.Listener.Addr().String()
-}
-
-// TestConnectOverTLS reaches a fake engine over TCP with TLS both ways: a
-// call goes through with the Secret's CA and client certificate, and each
-// thing that should stop it does, before the engine serves anything.
-func TestConnectOverTLS(t *testing.T) {
-	serverCA, clientCA, otherCA := newCA(t, "engine CA"), newCA(t, "client CA"), newCA(t, "someone else's CA")
-	loopback := []net.IP{net.ParseIP("127.0.0.1")}
-	clientCert, clientKey := clientCA.issue(t, "capct", x509.ExtKeyUsageClientAuth, nil, nil)
-	strangerCert, strangerKey := otherCA.issue(t, "stranger", x509.ExtKeyUsageClientAuth, nil, nil)
-	secret := func(ca, cert, key []byte) map[string][]byte {
-		return map[string][]byte{SecretCA: ca, SecretCert: cert, SecretKey: key}
-	}
-	onTCP := func(endpoint, serverName string) *infrav1.ContainerEngine {
-		return &infrav1.ContainerEngine{ObjectMeta: metav1.ObjectMeta{Name: "engine-b"}, Spec: infrav1.ContainerEngineSpec{
-			Endpoint: endpoint,
-			TLS:      &infrav1.EngineTLS{SecretRef: infrav1.LocalObjectReference{Name: "engine-b-tls"}, ServerName: serverName},
-		}}
+	if _, err := reg.Ensure(ctx, engine); err != nil || len(rec.made) != 3 || string(rec.secrets[2][container.SecretCA]) != "new ca" {
+		t.Fatalf("Ensure after the Secret changed: %v, %d clients made; want a third, from the new Secret", err, len(rec.made))
 	}
 
-	testCases := []struct {
-		name       string
-		dns        []string
-		ips        []net.IP
-		serverName string
-		secret     map[string][]byte
-		// wantErr is part of the call's error; empty: the call succeeds.
-		wantErr string
-	}{
-		{name: "the engine's certificate names its address", ips: loopback, secret: secret(serverCA.pem, clientCert, clientKey)},
-		{name: "serverName names what the certificate names", dns: []string{"engine-b.example"}, serverName: "engine-b.example",
-			secret: secret(serverCA.pem, clientCert, clientKey)},
-		{name: "the certificate does not name the address", dns: []string{"engine-b.example"},
-			secret: secret(serverCA.pem, clientCert, clientKey), wantErr: "cannot validate certificate for 127.0.0.1"},
-		{name: "the engine's certificate is not from the Secret's CA", ips: loopback,
-			secret: secret(otherCA.pem, clientCert, clientKey), wantErr: "certificate signed by unknown authority"},
-		{name: "CAPCT's certificate is not from the engine's client CA", ips: loopback,
-			secret: secret(serverCA.pem, strangerCert, strangerKey), wantErr: "remote error"},
+	// The Connector refuses the Secret: no client is served, not even a
+	// nil one of the backend's type.
+	rec.err = &InvalidCredentialsError{Engine: engine.Name, Err: errors.New("no tls.key")}
+	engine.Generation = 3
+	_, err := reg.Ensure(ctx, engine)
+	var invalid *InvalidCredentialsError
+	if !errors.As(err, &invalid) {
+		t.Fatalf("Ensure with a Secret the Connector refuses: %v, want an InvalidCredentialsError", err)
 	}
-	for _, tc := range testCases {
-		t.Run(tc.name, func(t *testing.T) {
-			engine, endpoint := tlsEngine(t, serverCA, clientCA, tc.dns, tc.ips)
-			c, err := Connect(onTCP(endpoint, tc.serverName), tc.secret)
-			if err != nil {
-				t.Fatalf("Connect: %v", err)
-			}
-			defer func() { _ = c.Close() }()
-			err = askForImage(t, c)
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatalf("the call failed: %v", err)
-				}
-				if got := engine.served(); len(got) != 1 || !strings.HasSuffix(got[0], "/images/capct/node:v1.35.4/json") {
-					t.Errorf("the engine served %v, want one image inspection", got)
-				}
-				if engine.clients[0] != "capct" {
-					t.Errorf("the engine saw client certificate %q, want capct's", engine.clients[0])
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("the call's error is %v, want one saying %q", err, tc.wantErr)
-			}
-			if got := engine.served(); len(got) != 0 {
-				t.Errorf("the engine served %v, want nothing", got)
-			}
-		})
+	if rec.made[2].closed != 1 {
+		t.Errorf("the client of the previous generation was closed %d times, want once", rec.made[2].closed)
+	}
+	if _, err := reg.Get(engine.Name); !container.IsUnreachable(err) {
+		t.Fatalf("Get after a failed connection: %v, want the engine unreachable", err)
 	}
 
-	// A Secret that lacks a key, or holds no certificate, is found before
-	// anything is dialled, and named.
-	for key, data := range map[string]map[string][]byte{
-		SecretKey: {SecretCA: serverCA.pem, SecretCert: clientCert},
-		SecretCA:  secret([]byte("not PEM"), clientCert, clientKey),
-	} {
-		_, err := Connect(onTCP("tcp://127.0.0.1:1", ""), data)
-		var invalid *InvalidCredentialsError
-		if !errors.As(err, &invalid) || !strings.Contains(err.Error(), key) {
-			t.Errorf("Connect with a bad %s: %v, want an InvalidCredentialsError naming it", key, err)
-		}
-		if err != nil && strings.Contains(err.Error(), "PRIVATE KEY") {
-			t.Errorf("the error carries key material: %v", err)
-		}
+	// A Secret that does not exist never reaches the Connector.
+	calls := len(rec.secrets)
+	engine.Spec.TLS.SecretRef.Name = "missing"
+	engine.Generation = 4
+	if _, err := reg.Ensure(ctx, engine); !errors.As(err, &invalid) || len(rec.secrets) != calls {
+		t.Fatalf("Ensure with a missing Secret: %v, Connector called %d more times; want an InvalidCredentialsError and no call",
+			err, len(rec.secrets)-calls)
+	}
+
+	rec.err = nil
+	engine.Spec.TLS.SecretRef.Name = "engine-b-tls"
+	engine.Generation = 5
+	if _, err := reg.Ensure(ctx, engine); err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	reg.Forget(engine.Name)
+	if last := rec.made[len(rec.made)-1]; last.closed != 1 {
+		t.Errorf("Forget closed the engine's client %d times, want once", last.closed)
 	}
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 )
 
-// Registry holds one client per ContainerEngine, made from the engine and
-// its Secret and made anew when either changes, so that an engine's
+// Registry holds one client per ContainerEngine, made by its Connector
+// from the engine and its Secret and made anew when either changes, so that an engine's
 // connection (an SSH connection, a TLS session) is shared by every caller
 // and opened once. It is the Set the reconcilers run machines through: the
 // manager's own engine (Local) and every engine the containerengine
@@ -32,6 +32,9 @@ import (
 type Registry struct {
 	// local is the manager's own engine, served as Local.
 	local container.Runtime
+	// connect makes the client of a ContainerEngine: the backend's
+	// constructor, which the Registry does not know.
+	connect Connector[Client]
 	// reader reads engines' Secrets uncached: the manager caches only
 	// clusters' Secrets, and engines' live in its own namespace.
 	reader    client.Reader
@@ -51,7 +54,7 @@ var _ Set = (*Registry)(nil)
 type entry struct {
 	generation    int64
 	secretVersion string
-	client        *Client
+	client        Client
 	runtime       container.Runtime
 	// stopWatches ends the event streams of this client, one per watch.
 	stopWatches []context.CancelFunc
@@ -81,14 +84,25 @@ var errNotConnected = errors.New("CAPCT holds no client of this engine: its Cont
 const ProbeInterval = 5 * time.Second
 
 // NewRegistry returns a Registry that serves local, already bounded, as
-// the manager's own engine, reads other engines' Secrets from namespace
-// (the manager's) through reader, bounds every call to them by timeout,
-// and times their unreachable gates by clk (nil: the real clock).
-func NewRegistry(local container.Runtime, reader client.Reader, namespace string, timeout time.Duration, clk clock.PassiveClock) *Registry {
+// the manager's own engine, makes the clients of other engines with
+// connect (docker.Connect in the manager), reads their Secrets from
+// namespace (the manager's) through reader, bounds every call to them by
+// timeout, and times their unreachable gates by clk (nil: the real clock).
+func NewRegistry[C Client](local container.Runtime, connect Connector[C], reader client.Reader, namespace string, timeout time.Duration, clk clock.PassiveClock) *Registry {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Registry{local: local, reader: reader, namespace: namespace, timeout: timeout, clock: clk, entries: map[string]*entry{}}
+	r := &Registry{local: local, reader: reader, namespace: namespace, timeout: timeout, clock: clk, entries: map[string]*entry{}}
+	r.connect = func(engine *infrav1.ContainerEngine, secret map[string][]byte) (Client, error) {
+		c, err := connect(engine, secret)
+		if err != nil {
+			// Not c: a nil pointer of the backend's type would make a
+			// Client that is not nil.
+			return nil, err
+		}
+		return c, nil
+	}
+	return r
 }
 
 // Get returns the runtime of the engine called name. An engine that is not
@@ -135,7 +149,7 @@ func (r *Registry) Watch(ctx context.Context, handle func(container.Event), onEr
 // generation or its Secret's resourceVersion differ from those of the
 // runtime held; the client it replaces is closed, and calls still in
 // flight on it fail and are retried by their callers. A missing Secret, or
-// one Connect cannot use, is an *InvalidCredentialsError.
+// one the Connector cannot use, is an *InvalidCredentialsError.
 func (r *Registry) Ensure(ctx context.Context, engine *infrav1.ContainerEngine) (container.Runtime, error) {
 	secret, version, err := r.secret(ctx, engine)
 	if err != nil {
@@ -147,7 +161,7 @@ func (r *Registry) Ensure(ctx context.Context, engine *infrav1.ContainerEngine) 
 		return e.runtime, nil
 	}
 	r.forgetLocked(engine.Name)
-	c, err := Connect(engine, secret)
+	c, err := r.connect(engine, secret)
 	if err != nil {
 		return nil, err
 	}

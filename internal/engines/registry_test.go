@@ -28,7 +28,7 @@ import (
 func TestRegistryServesConnectedEnginesAndWatchesThem(t *testing.T) {
 	ctx := runtimetest.Ctx(t)
 	local := fake.New(clocktesting.NewFakeClock(time.Now()))
-	reg := NewRegistry(local, fakeclient.NewClientBuilder().Build(), "capct-system", 30*time.Second, nil)
+	reg := NewRegistry(local, docker.Connect, fakeclient.NewClientBuilder().Build(), "capct-system", 30*time.Second, nil)
 
 	if got := reg.ForCluster(nil); len(got) != 1 || got[0] != Local {
 		t.Fatalf("ForCluster(nil) = %q, want the local engine", got)

@@ -8,17 +8,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
 	"github.com/capct/cluster-api-provider-container/internal/container/runtimetest"
-	"github.com/capct/cluster-api-provider-container/internal/engines"
 )
 
 // engine2 connects to engine.sh's engine as CAPCT connects to a
 // ContainerEngine: from its endpoint and a Secret of PEMs.
-func engine2(t *testing.T) *engines.Client {
+func engine2(t *testing.T) *docker.EngineClient {
 	t.Helper()
 	engine, secret := engine2Spec(t)
-	c, err := engines.Connect(engine, secret)
+	c, err := docker.Connect(engine, secret)
 	if err != nil {
 		t.Fatalf("Connect: %v", err)
 	}
@@ -35,7 +36,7 @@ func engine2Spec(t *testing.T) (*infrav1.ContainerEngine, map[string][]byte) {
 		t.Fatal("MH_ENDPOINT and MH_PKI are unset: run these tests through make test-multihost, which starts engine 2")
 	}
 	secret := map[string][]byte{}
-	for key, file := range map[string]string{engines.SecretCA: "ca.crt", engines.SecretCert: "client.crt", engines.SecretKey: "client.key"} {
+	for key, file := range map[string]string{container.SecretCA: "ca.crt", container.SecretCert: "client.crt", container.SecretKey: "client.key"} {
 		b, err := os.ReadFile(filepath.Join(pki, file))
 		if err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/container/runtimetest"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
 )
@@ -34,7 +35,7 @@ func TestLostEngineFailsFastAndComesBack(t *testing.T) {
 	drop := []string{"OUTPUT", "-d", u.Hostname(), "-m", "comment", "--comment", "capct multihost test: engine 2 lost", "-j", "DROP"}
 	const namespace = "capct-system"
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: engine.Spec.TLS.SecretRef.Name}, Data: data}
-	registry := engines.NewRegistry(nil, fake.NewClientBuilder().WithObjects(secret).Build(), namespace, callTimeout, nil)
+	registry := engines.NewRegistry(nil, docker.Connect, fake.NewClientBuilder().WithObjects(secret).Build(), namespace, callTimeout, nil)
 	t.Cleanup(func() { registry.Forget(engine.Name) })
 	ctx := runtimetest.Ctx(t)
 	rt, err := registry.Ensure(ctx, engine)

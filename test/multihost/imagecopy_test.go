@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
 	"github.com/capct/cluster-api-provider-container/internal/container/runtimetest"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
@@ -29,7 +30,7 @@ func TestImageCopiesToEngine2OverTLS(t *testing.T) {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: engine.Spec.TLS.SecretRef.Name}, Data: data}
 	one := dockertest.NewRuntime(t)
 	local := container.WithCallTimeout(one, 30*time.Second)
-	registry := engines.NewRegistry(local, fake.NewClientBuilder().WithObjects(secret).Build(), namespace, 30*time.Second, nil)
+	registry := engines.NewRegistry(local, docker.Connect, fake.NewClientBuilder().WithObjects(secret).Build(), namespace, 30*time.Second, nil)
 	t.Cleanup(func() { registry.Forget(engine.Name) })
 	two, err := registry.Ensure(ctx, engine)
 	if err != nil {

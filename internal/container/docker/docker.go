@@ -1,5 +1,10 @@
-// Package docker implements container.Runtime on the Docker Engine API. It is
-// the only package of the repository that imports the Docker client.
+// Package docker implements container.Runtime on the Docker Engine API (and
+// Podman's compatible one). It is the only package of the repository that
+// imports the Docker client. It also makes the clients of ContainerEngines,
+// from their endpoint (unix://, tcp:// with TLS both ways, ssh://) and
+// Secret: Connect, the engines.Connector that only the manager's
+// composition root, main.go, hands to the engine registry, so that the
+// controllers and the registry depend on no backend.
 package docker
 
 import (

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containerengine"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
@@ -44,7 +45,7 @@ func TestMain(m *testing.M) {
 		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}}); err != nil {
 			return err
 		}
-		registry = engines.NewRegistry(nil, env.Manager.GetAPIReader(), managerNamespace, 5*time.Second, nil)
+		registry = engines.NewRegistry(nil, docker.Connect, env.Manager.GetAPIReader(), managerNamespace, 5*time.Second, nil)
 		return (&containerengine.Reconciler{Client: env.Manager.GetClient(), Engines: registry}).
 			SetupWithManager(ctx, env.Manager, controller.Options{})
 	}, nil))
@@ -122,7 +123,7 @@ func TestEnginesReportWhetherCAPCTReachesThem(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: managerNamespace, Name: "engine-tls"},
-		Data:       map[string][]byte{engines.SecretCA: []byte("not a certificate"), engines.SecretCert: []byte("x")},
+		Data:       map[string][]byte{container.SecretCA: []byte("not a certificate"), container.SecretCert: []byte("x")},
 	}
 	g.Expect(env.Client.Create(ctx, secret)).To(Succeed())
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), secret) })

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containerengine"
@@ -97,7 +98,7 @@ const engineCallTimeout = 30 * time.Second
 func SetupProviderWith(ctx context.Context, mgr ctrl.Manager, rt container.Runtime, clusterCache clustercache.ClusterCache, workload lifecycle.WorkloadClientFunc, opts ProviderOptions) error {
 	// As in the manager: rt is the Local engine, and the ContainerEngine
 	// controller connects every other into the same Registry.
-	set := engines.NewRegistry(rt, mgr.GetAPIReader(), opts.EngineSecretsNamespace, engineCallTimeout, nil)
+	set := engines.NewRegistry(rt, docker.Connect, mgr.GetAPIReader(), opts.EngineSecretsNamespace, engineCallTimeout, nil)
 	if err := (&containerengine.Reconciler{Client: mgr.GetClient(), Engines: set}).SetupWithManager(ctx, mgr, Options()); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package engines
+package docker
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/capct/cluster-api-provider-container/internal/container"
 )
 
 // sshHandshakeTimeout bounds opening the SSH connection when the call that
@@ -42,24 +44,24 @@ func newSSHTunnel(u *url.URL, engineSocket string, secret map[string][]byte) (*s
 	if u.User == nil || u.User.Username() == "" {
 		return nil, fmt.Errorf("the endpoint %s names no user", u.Redacted())
 	}
-	for _, key := range []string{SecretSSHKey, SecretKnownHosts} {
+	for _, key := range []string{container.SecretSSHKey, container.SecretKnownHosts} {
 		if len(secret[key]) == 0 {
 			return nil, fmt.Errorf("the Secret has no %s", key)
 		}
 	}
-	signer, err := ssh.ParsePrivateKey(secret[SecretSSHKey])
+	signer, err := ssh.ParsePrivateKey(secret[container.SecretSSHKey])
 	var encrypted *ssh.PassphraseMissingError
 	if errors.As(err, &encrypted) {
-		return nil, fmt.Errorf("%s is protected by a passphrase, which CAPCT cannot give: store the key without one", SecretSSHKey)
+		return nil, fmt.Errorf("%s is protected by a passphrase, which CAPCT cannot give: store the key without one", container.SecretSSHKey)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("failed to parse %s: %w", SecretSSHKey, err)
+		return nil, fmt.Errorf("failed to parse %s: %w", container.SecretSSHKey, err)
 	}
 	addr := u.Host
 	if u.Port() == "" {
 		addr = net.JoinHostPort(u.Hostname(), "22")
 	}
-	hostKey, algorithms, err := hostKeyCheck(secret[SecretKnownHosts], addr)
+	hostKey, algorithms, err := hostKeyCheck(secret[container.SecretKnownHosts], addr)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +105,7 @@ func hostKeyCheck(knownHosts []byte, addr string) (ssh.HostKeyCallback, []string
 	}
 	check, err := knownhosts.New(f.Name())
 	if err != nil {
-		return nil, nil, fmt.Errorf("failed to parse %s: %w", SecretKnownHosts, err)
+		return nil, nil, fmt.Errorf("failed to parse %s: %w", container.SecretKnownHosts, err)
 	}
 	probe, err := ssh.NewPublicKey(ed25519.PublicKey(make([]byte, ed25519.PublicKeySize)))
 	if err != nil {
@@ -111,7 +113,7 @@ func hostKeyCheck(knownHosts []byte, addr string) (ssh.HostKeyCallback, []string
 	}
 	var keyErr *knownhosts.KeyError
 	if err := check(addr, &net.TCPAddr{IP: net.IPv4zero}, probe); !errors.As(err, &keyErr) || len(keyErr.Want) == 0 {
-		return nil, nil, fmt.Errorf("%s has no key for %s (as `ssh-keyscan -p <port> <host>` writes it)", SecretKnownHosts, knownhosts.Normalize(addr))
+		return nil, nil, fmt.Errorf("%s has no key for %s (as `ssh-keyscan -p <port> <host>` writes it)", container.SecretKnownHosts, knownhosts.Normalize(addr))
 	}
 	var algorithms []string
 	for _, k := range keyErr.Want {

@@ -1,4 +1,4 @@
-package engines
+package docker_test
 
 import (
 	"crypto/ecdsa"
@@ -21,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 )
 
 // sshHost is an SSH server on loopback that lets user in with one key and
@@ -213,9 +215,9 @@ func TestConnectOverSSH(t *testing.T) {
 			SSH:      &infrav1.EngineSSH{SecretRef: infrav1.LocalObjectReference{Name: "engine-b-ssh"}},
 		}}
 	}
-	connect := func(t *testing.T, endpoint string, key, known []byte) *Client {
+	connect := func(t *testing.T, endpoint string, key, known []byte) *docker.EngineClient {
 		t.Helper()
-		c, err := Connect(onSSH(endpoint), map[string][]byte{SecretSSHKey: key, SecretKnownHosts: known})
+		c, err := docker.Connect(onSSH(endpoint), map[string][]byte{container.SecretSSHKey: key, container.SecretKnownHosts: known})
 		if err != nil {
 			t.Fatalf("Connect: %v", err)
 		}
@@ -279,18 +281,18 @@ func TestConnectOverSSH(t *testing.T) {
 		secret map[string][]byte
 		want   string
 	}{
-		{name: "no known_hosts", secret: map[string][]byte{SecretSSHKey: capctPEM}, want: "has no known_hosts"},
-		{name: "known_hosts without the host", secret: map[string][]byte{SecretSSHKey: capctPEM, SecretKnownHosts: otherHost},
+		{name: "no known_hosts", secret: map[string][]byte{container.SecretSSHKey: capctPEM}, want: "has no known_hosts"},
+		{name: "known_hosts without the host", secret: map[string][]byte{container.SecretSSHKey: capctPEM, container.SecretKnownHosts: otherHost},
 			want: "known_hosts has no key for [127.0.0.1]:"},
-		{name: "a key with a passphrase", secret: map[string][]byte{SecretSSHKey: encryptedPEM, SecretKnownHosts: host.knownHosts(host.hostKey.PublicKey())},
+		{name: "a key with a passphrase", secret: map[string][]byte{container.SecretSSHKey: encryptedPEM, container.SecretKnownHosts: host.knownHosts(host.hostKey.PublicKey())},
 			want: "protected by a passphrase"},
-		{name: "a key that is not a key", secret: map[string][]byte{SecretSSHKey: []byte("not a key"), SecretKnownHosts: host.knownHosts(host.hostKey.PublicKey())},
+		{name: "a key that is not a key", secret: map[string][]byte{container.SecretSSHKey: []byte("not a key"), container.SecretKnownHosts: host.knownHosts(host.hostKey.PublicKey())},
 			want: "failed to parse ssh-privatekey"},
 	}
 	for _, tc := range invalid {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Connect(onSSH(endpoint), tc.secret)
-			var ice *InvalidCredentialsError
+			_, err := docker.Connect(onSSH(endpoint), tc.secret)
+			var ice *container.InvalidCredentialsError
 			if !errors.As(err, &ice) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Connect: %v, want an InvalidCredentialsError saying %q", err, tc.want)
 			}

@@ -1,4 +1,4 @@
-package engines
+package docker_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
 	"github.com/capct/cluster-api-provider-container/internal/container/runtimetest"
 )
@@ -141,14 +142,14 @@ func TestSuiteOverTLS(t *testing.T) {
 
 	serverCA, clientCA := newCA(t, "engine CA"), newCA(t, "client CA")
 	term := newTerminator(t, socket, serverCA, clientCA)
-	connect := func(t *testing.T, ca *certAuthority) *Client {
+	connect := func(t *testing.T, ca *certAuthority) *docker.EngineClient {
 		t.Helper()
 		cert, key := ca.issue(t, "capct", x509.ExtKeyUsageClientAuth, nil, nil)
 		engine := &infrav1.ContainerEngine{ObjectMeta: metav1.ObjectMeta{Name: "engine-b"}, Spec: infrav1.ContainerEngineSpec{
 			Type: engineType, Endpoint: "tcp://" + term.ln.Addr().String(),
 			TLS: &infrav1.EngineTLS{SecretRef: infrav1.LocalObjectReference{Name: "engine-b-tls"}},
 		}}
-		c, err := Connect(engine, map[string][]byte{SecretCA: serverCA.pem, SecretCert: cert, SecretKey: key})
+		c, err := docker.Connect(engine, map[string][]byte{container.SecretCA: serverCA.pem, container.SecretCert: cert, container.SecretKey: key})
 		if err != nil {
 			t.Fatalf("Connect: %v", err)
 		}
