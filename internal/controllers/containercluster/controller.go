@@ -20,12 +20,12 @@ import (
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	capicontroller "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -168,7 +168,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		return fmt.Errorf("failed to index ContainerClusters by their engines: %w", err)
 	}
 	log := ctrl.LoggerFrom(ctx)
-	err := ctrl.NewControllerManagedBy(mgr).
+	err := capicontroller.NewControllerManagedBy(mgr, log).
 		For(&infrav1.ContainerCluster{}).
 		WithOptions(options).
 		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
@@ -181,7 +181,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		// whether its clusters may run.
 		Watches(&infrav1.ContainerEngine{}, handler.EnqueueRequestsFromMapFunc(r.engineToClusters)).
 		Watches(&infrav1.ContainerMachine{}, handler.EnqueueRequestsFromMapFunc(r.machineToCluster),
-			builder.WithPredicates(machineChangesCluster())).
+			machineChangesCluster()).
 		// A container of the cluster that starts (again) has lost what lived
 		// only in its memory; a load balancer that stops must run again.
 		WatchesRawSource(source.Channel(r.wakeups, handler.EnqueueRequestsFromMapFunc(r.wokenClusterToContainerCluster))).

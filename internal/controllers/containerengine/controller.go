@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	capicontroller "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/predicates"
@@ -69,7 +70,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	err := ctrl.NewControllerManagedBy(mgr).
+	err := capicontroller.NewControllerManagedBy(mgr, ctrl.LoggerFrom(ctx)).
 		// The controller's own status patches would wake it again; an
 		// engine that does not answer would then be asked in a loop.
 		For(&infrav1.ContainerEngine{}, builder.WithPredicates(predicate.Or[client.Object](
@@ -79,11 +80,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		// A cluster that goes may free an engine being deleted. Other
 		// changes to clusters do not concern their engines.
 		Watches(&infrav1.ContainerCluster{}, handler.EnqueueRequestsFromMapFunc(clusterToEngines),
-			builder.WithPredicates(predicate.Funcs{
+			predicate.Funcs{
 				CreateFunc:  func(event.CreateEvent) bool { return false },
 				UpdateFunc:  func(event.UpdateEvent) bool { return false },
 				GenericFunc: func(event.GenericEvent) bool { return false },
-			})).
+			}).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("failed to set up the ContainerEngine controller: %w", err)

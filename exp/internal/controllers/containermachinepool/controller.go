@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util"
+	capicontroller "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/labels/format"
 	"sigs.k8s.io/cluster-api/util/patch"
@@ -118,7 +119,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	if err != nil {
 		return fmt.Errorf("failed to create the Cluster to ContainerMachinePools mapper: %w", err)
 	}
-	err = ctrl.NewControllerManagedBy(mgr).
+	err = capicontroller.NewControllerManagedBy(mgr, log).
 		// Not on the pool's own status patches: a reconcile right after each
 		// would undo the coalescing of its members' changes below.
 		For(&expinfrav1.ContainerMachinePool{}, builder.WithPredicates(notOnlyStatusChanged)).
@@ -129,14 +130,14 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		// up, would only wake the pool for nothing.
 		Watches(&clusterv1.MachinePool{},
 			handler.EnqueueRequestsFromMapFunc(util.MachinePoolToInfrastructureMapFunc(ctx, expinfrav1.GroupVersion.WithKind("ContainerMachinePool"))),
-			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			predicate.GenerationChangedPredicate{}).
 		Watches(&infrav1.ContainerMachine{},
 			coalesce(handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &expinfrav1.ContainerMachinePool{}), memberChangeWindow)).
 		Watches(&clusterv1.Machine{},
 			coalesce(handler.EnqueueRequestsFromMapFunc(r.machineToPool), memberChangeWindow)).
 		Watches(&clusterv1.Cluster{},
 			handler.EnqueueRequestsFromMapFunc(clusterToPools),
-			builder.WithPredicates(predicates.ClusterPausedTransitions(mgr.GetScheme(), log))).
+			predicates.ClusterPausedTransitions(mgr.GetScheme(), log)).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("failed to set up the ContainerMachinePool controller: %w", err)
