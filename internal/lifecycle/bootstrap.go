@@ -11,13 +11,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
-	"github.com/capct/cluster-api-provider-container/internal/engines"
+	"github.com/capct/cluster-api-provider-container/internal/machineprovider"
 	"github.com/capct/cluster-api-provider-container/internal/provisioning"
 )
 
@@ -59,7 +61,14 @@ const (
 // bootstrap data or script) is terminal. At most --max-concurrent-bootstraps
 // machines bootstrap at once on each engine; the others wait,
 // non-terminally.
-type Bootstrap struct{ *Deps }
+type Bootstrap struct {
+	// Client reads the bootstrap data Secret.
+	Client client.Client
+	// Runner runs the bootstrap data on its own goroutines.
+	Runner   *BootstrapRunner
+	Clock    clock.PassiveClock
+	Recorder record.EventRecorder
+}
 
 // Reconcile implements Phase.
 func (b *Bootstrap) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, error) {
@@ -67,15 +76,15 @@ func (b *Bootstrap) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result
 	key := client.ObjectKeyFromObject(cm)
 	now := b.Clock.Now()
 	if conditions.IsTrue(cm, infrav1.BootstrappedCondition) {
-		b.Bootstraps.Release(key)
+		b.Runner.Release(key)
 		return ctrl.Result{}, nil
 	}
 	if TerminalCondition(cm) != nil {
-		b.Bootstraps.Release(key)
+		b.Runner.Release(key)
 		return ctrl.Result{}, nil
 	}
 	if s.Container == nil {
-		b.Bootstraps.Release(key)
+		b.Runner.Release(key)
 		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.WaitingForLaunchReason, "Waiting for the container to run")
 		return ctrl.Result{}, nil
 	}
@@ -106,7 +115,7 @@ func (b *Bootstrap) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result
 		}
 		return b.startFirst(ctx, s, now, timeout)
 	case runLaunched, runRunning:
-		b.Bootstraps.Hold(key, s.Engine)
+		b.Runner.Hold(key, s.Engine)
 		return b.watch(ctx, s, now, timeout, r)
 	case runEnded:
 		if r.exit.Code == 0 {
@@ -123,14 +132,6 @@ func (b *Bootstrap) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result
 	return ctrl.Result{}, fmt.Errorf("unknown bootstrap state %d of ContainerMachine %s", r.state, key)
 }
 
-// engineDescription names an engine in a message.
-func engineDescription(engine string) string {
-	if engine == engines.Local {
-		return "the manager's engine"
-	}
-	return fmt.Sprintf("engine %q", engine)
-}
-
 // timeLeft is how much of the bootstrap timeout is left; the timeout
 // counts from Bootstrapped turning Unknown, the start of the first attempt.
 func timeLeft(cm *infrav1.ContainerMachine, now time.Time, timeout time.Duration) time.Duration {
@@ -142,7 +143,7 @@ func timeLeft(cm *infrav1.ContainerMachine, now time.Time, timeout time.Duration
 func (b *Bootstrap) startFirst(ctx context.Context, s *MachineScope, now time.Time, timeout time.Duration) (ctrl.Result, error) {
 	cm := s.ContainerMachine
 	key := client.ObjectKeyFromObject(cm)
-	ok, usage := b.Bootstraps.Acquire(key, s.Engine)
+	ok, usage := b.Runner.Acquire(key, s.Engine)
 	if !ok {
 		// The message names nothing that changes while the machine waits
 		// (its place in line, the slots in flight): every change would be
@@ -150,7 +151,7 @@ func (b *Bootstrap) startFirst(ctx context.Context, s *MachineScope, now time.Ti
 		// which wakes the machine again, for each machine each time the
 		// line moves, quadratic in a scale-out (make bench-scale, CHANGELOG.md).
 		msg := fmt.Sprintf("Waiting for a bootstrap slot: all %d of %s are in use, or go first to machines of namespaces that hold less than half of them (--max-concurrent-bootstraps); machines get them in the order they asked",
-			usage.Limit, engineDescription(s.Engine))
+			usage.Limit, s.EngineDescription())
 		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionFalse, WaitingForBootstrapSlotReason, msg)
 		return ctrl.Result{RequeueAfter: slotPoll}, nil
 	}
@@ -164,10 +165,7 @@ func (b *Bootstrap) startFirst(ctx context.Context, s *MachineScope, now time.Ti
 	if left <= 0 {
 		return b.timedOut(ctx, s, now, timeout, runState{})
 	}
-	res, started, err := b.start(ctx, s, now, 1, left)
-	if started {
-		b.Recorder.Eventf(cm, corev1.EventTypeNormal, "Bootstrapping", "Running the bootstrap data in container %s", s.Container.Name)
-	}
+	res, _, err := b.start(ctx, s, now, 1, left)
 	return res, err
 }
 
@@ -178,9 +176,9 @@ func (b *Bootstrap) start(ctx context.Context, s *MachineScope, now time.Time, n
 	key := client.ObjectKeyFromObject(cm)
 	steps, err := b.plan(ctx, s)
 	if err != nil {
-		var invalid *InvalidSpecError
+		var invalid *machineprovider.InvalidSpecError
 		if errors.As(err, &invalid) {
-			b.Bootstraps.Forget(key)
+			b.Runner.Forget(key)
 			setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.InvalidSpecReason, err.Error())
 			b.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.InvalidSpecReason, err.Error())
 			return ctrl.Result{}, false, nil
@@ -193,7 +191,7 @@ func (b *Bootstrap) start(ctx context.Context, s *MachineScope, now time.Time, n
 	}
 	// The run's deadline is wall-clock time: it bounds real work. The
 	// decision that the bootstrap timed out uses the injected clock.
-	started, err = b.Bootstraps.Run(key, n, time.Now().Add(left), st.launch, exitMarked(s.Runtime, s.Container.Name, n))
+	started, err = b.Runner.Run(key, n, time.Now().Add(left), st.launch, exitMarked(s.Runtime, s.Container.Name, n))
 	if err != nil {
 		return ctrl.Result{}, false, fmt.Errorf("failed to start bootstrap attempt %d of ContainerMachine %s: %w", n, key, err)
 	}
@@ -222,7 +220,7 @@ func (b *Bootstrap) watch(ctx context.Context, s *MachineScope, now time.Time, t
 		st := &stager{runtime: s.Runtime, container: s.Container.Name, owner: s.Owner(), attempt: r.attempt}
 		launch = st.start
 	}
-	if _, err := b.Bootstraps.Run(key, r.attempt, time.Now().Add(left), launch, exitMarked(s.Runtime, s.Container.Name, r.attempt)); err != nil {
+	if _, err := b.Runner.Run(key, r.attempt, time.Now().Add(left), launch, exitMarked(s.Runtime, s.Container.Name, r.attempt)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("failed to follow bootstrap attempt %d of ContainerMachine %s: %w", r.attempt, key, err)
 	}
 	return ctrl.Result{RequeueAfter: min(bootstrapPoll, left)}, nil
@@ -233,7 +231,7 @@ func (b *Bootstrap) watch(ctx context.Context, s *MachineScope, now time.Time, t
 func (b *Bootstrap) failed(ctx context.Context, s *MachineScope, now time.Time, timeout time.Duration, n int, f attemptFailure) (ctrl.Result, error) {
 	cm := s.ContainerMachine
 	key := client.ObjectKeyFromObject(cm)
-	b.Bootstraps.Hold(key, s.Engine)
+	b.Runner.Hold(key, s.Engine)
 	msg := f.summary(n, MaxBootstrapAttempts)
 	left := timeLeft(cm, now, timeout)
 	switch {
@@ -254,7 +252,7 @@ func (b *Bootstrap) failed(ctx context.Context, s *MachineScope, now time.Time, 
 		}
 		return res, err
 	}
-	b.Bootstraps.Forget(key)
+	b.Runner.Forget(key)
 	setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.BootstrapFailedReason, msg)
 	b.Recorder.Event(cm, corev1.EventTypeWarning, infrav1.BootstrapFailedReason, msg)
 	return ctrl.Result{}, nil
@@ -263,12 +261,11 @@ func (b *Bootstrap) failed(ctx context.Context, s *MachineScope, now time.Time, 
 // succeeded marks the machine bootstrapped.
 func (b *Bootstrap) succeeded(s *MachineScope, now time.Time) (ctrl.Result, error) {
 	cm := s.ContainerMachine
-	b.Bootstraps.Forget(client.ObjectKeyFromObject(cm))
+	b.Runner.Forget(client.ObjectKeyFromObject(cm))
 	if elapsed, ok := since(cm, now, infrav1.BootstrappedCondition); ok && conditions.IsUnknown(cm, infrav1.BootstrappedCondition) {
 		bootstrapDuration.Observe(elapsed.Seconds())
 	}
 	setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
-	b.Recorder.Event(cm, corev1.EventTypeNormal, "Bootstrapped", "Bootstrap data ran to completion")
 	return ctrl.Result{}, nil
 }
 
@@ -276,7 +273,7 @@ func (b *Bootstrap) succeeded(s *MachineScope, now time.Time) (ctrl.Result, erro
 // going, so that it stops using the host.
 func (b *Bootstrap) timedOut(ctx context.Context, s *MachineScope, now time.Time, timeout time.Duration, r runState) (ctrl.Result, error) {
 	cm := s.ContainerMachine
-	b.Bootstraps.Forget(client.ObjectKeyFromObject(cm))
+	b.Runner.Forget(client.ObjectKeyFromObject(cm))
 	if r.state == runRunning && r.pid > 0 {
 		// Best effort: the machine is failed whether or not this works.
 		_, _ = s.Runtime.Exec(ctx, s.Container.Name, s.Owner(), container.ExecInput{
@@ -303,7 +300,7 @@ func (b *Bootstrap) plan(ctx context.Context, s *MachineScope) ([]provisioning.S
 	}
 	data, ok := secret.Data["value"]
 	if !ok {
-		return nil, &InvalidSpecError{Err: fmt.Errorf("bootstrap data Secret %s has no key \"value\"", key)}
+		return nil, &machineprovider.InvalidSpecError{Err: fmt.Errorf("bootstrap data Secret %s has no key \"value\"", key)}
 	}
 	format := provisioning.Format(secret.Data["format"])
 	if format == "" {
@@ -317,7 +314,7 @@ func (b *Bootstrap) plan(ctx context.Context, s *MachineScope) ([]provisioning.S
 	}
 	steps, err := provisioning.Plan(format, data, vars)
 	if err != nil {
-		return nil, &InvalidSpecError{Err: fmt.Errorf("failed to read bootstrap data Secret %s: %w", key, err)}
+		return nil, &machineprovider.InvalidSpecError{Err: fmt.Errorf("failed to read bootstrap data Secret %s: %w", key, err)}
 	}
 	return steps, nil
 }

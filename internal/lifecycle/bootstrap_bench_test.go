@@ -27,6 +27,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/docker/dockertest"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
+	"github.com/capct/cluster-api-provider-container/internal/machineprovider"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/provisioning"
 )
@@ -102,7 +103,7 @@ type benchHost struct {
 	image   string
 	cluster string
 	mgmt    client.Client
-	deps    *Deps
+	deps    *testDeps
 	mu      sync.Mutex
 	wake    map[k8stypes.NamespacedName]chan struct{}
 }
@@ -121,7 +122,10 @@ func newBenchHost(b *testing.B, rt container.Runtime, image string) *benchHost {
 		Owner: container.Owner{Namespace: "ns", Cluster: h.cluster, ClusterID: "id-" + h.cluster}}); err != nil {
 		b.Fatal(err)
 	}
-	h.deps = &Deps{Client: h.mgmt, Engines: engines.Single(rt), Clock: clock.RealClock{}, Recorder: &record.FakeRecorder{}}
+	h.deps = &testDeps{
+		Config:   Config{Client: h.mgmt, Clock: clock.RealClock{}, Recorder: &record.FakeRecorder{}},
+		Provider: &machineprovider.Provider{Client: h.mgmt, APIReader: h.mgmt, Engines: engines.Single(rt)},
+	}
 	return h
 }
 
@@ -145,7 +149,7 @@ func (h *benchHost) machine(name string, controlPlane bool) *MachineScope {
 }
 
 func (h *benchHost) launch(s *MachineScope) {
-	if _, err := (&Launch{h.deps}).Reconcile(context.Background(), s); err != nil || s.Container == nil {
+	if _, err := h.deps.launch().Reconcile(context.Background(), s); err != nil || s.Container == nil {
 		h.b.Fatalf("failed to launch %s: %v %+v", s.ContainerMachine.Name, err, condition(s, infrav1.LaunchedCondition))
 	}
 }
@@ -243,7 +247,7 @@ func (h *benchHost) bootstrapAll(bound int, machines []*MachineScope) (time.Dura
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			phase := &Bootstrap{&deps}
+			phase := deps.bootstrap()
 			deadline := time.After(10 * time.Minute)
 			var started time.Time
 			for {

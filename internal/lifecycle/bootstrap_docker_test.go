@@ -121,7 +121,7 @@ func newDockerEnvWith(t *testing.T, data string, tools map[string]string, mutate
 		Owner: e.s.Owner().ClusterOwner()}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, e.s); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, e.s); err != nil {
 		t.Fatal(err)
 	}
 	if e.s.Container == nil {

@@ -137,7 +137,7 @@ func (e *env) launchedNamed(names ...string) []*MachineScope {
 
 func (e *env) reconcileBootstrap(s *MachineScope) {
 	e.t.Helper()
-	if _, err := (&Bootstrap{e.deps}).Reconcile(context.Background(), s); err != nil {
+	if _, err := e.deps.bootstrap().Reconcile(context.Background(), s); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -173,7 +173,7 @@ func TestBootstrapRetriesAFailureThatCanPass(t *testing.T) {
 	)
 	s := e.scope()
 	ctx := context.Background()
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(s.ContainerMachine)
@@ -216,7 +216,7 @@ func TestBootstrapStopsAtAFailureThatCannotPass(t *testing.T) {
 			e := newEnv(t, joinData)
 			k := e.newKubeadm(tc.res)
 			s := e.scope()
-			if _, err := (&Launch{e.deps}).Reconcile(context.Background(), s); err != nil {
+			if _, err := e.deps.launch().Reconcile(context.Background(), s); err != nil {
 				t.Fatal(err)
 			}
 			e.reconcileBootstrap(s)
@@ -237,7 +237,7 @@ func TestBootstrapGivesUpAfterTheLastAttempt(t *testing.T) {
 	e := newEnv(t, joinData)
 	k := e.newKubeadm(container.ExecResult{ExitCode: 1, Stderr: []byte("dial tcp 10.0.0.1:6443: connect: connection refused")})
 	s := e.scope()
-	if _, err := (&Launch{e.deps}).Reconcile(context.Background(), s); err != nil {
+	if _, err := e.deps.launch().Reconcile(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(s.ContainerMachine)
@@ -263,7 +263,7 @@ func TestBootstrapRunsOnceAcrossManagerRestarts(t *testing.T) {
 	defer release()
 	s := e.scope()
 	ctx := context.Background()
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(s.ContainerMachine)
@@ -309,12 +309,12 @@ func TestBootstrapStartsAnAttemptThatWasAskedForButNeverClaimed(t *testing.T) {
 	k := e.newKubeadm(container.ExecResult{})
 	s := e.scope()
 	ctx := context.Background()
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	// The manager staged attempt 1 and marked it, then died before the
 	// launch.
-	steps, err := (&Bootstrap{e.deps}).plan(ctx, s)
+	steps, err := e.deps.bootstrap().plan(ctx, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +352,7 @@ func TestBootstrapRetriesAnAttemptCutShortByAContainerRestart(t *testing.T) {
 	k := e.newKubeadm(container.ExecResult{})
 	s := e.scope()
 	ctx := context.Background()
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	setCondition(s.ContainerMachine, e.clock.Now(), infrav1.BootstrappedCondition, metav1.ConditionUnknown, infrav1.InProgressReason, "")
@@ -468,7 +468,7 @@ func TestBootstrapRunsTheDataAsynchronously(t *testing.T) {
 		t.Fatal("runcmd did not run")
 	}
 
-	if _, err := (&Provision{e.deps}).Reconcile(context.Background(), s); err != nil {
+	if _, err := (&Provision{}).Reconcile(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
 	cm := s.ContainerMachine
@@ -504,13 +504,13 @@ func TestBootstrapTrustsTheSentinelAfterARestart(t *testing.T) {
 	e := newEnv(t, cloudConfig)
 	ctx := context.Background()
 	s := e.scope()
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.runtime.WriteFile(ctx, cpName, clusterOwner.ForMachine("cp-0"), provisioning.SentinelPath, []byte("success"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.bootstrap().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
@@ -544,15 +544,15 @@ func TestBootstrapFailures(t *testing.T) {
 			}
 			s := e.scope()
 			ctx := context.Background()
-			if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+			if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+			if _, err := e.deps.bootstrap().Reconcile(ctx, s); err != nil {
 				t.Fatal(err)
 			}
 			if tc.reason != infrav1.InvalidSpecReason {
 				e.waitForBootstrap(s)
-				if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+				if _, err := e.deps.bootstrap().Reconcile(ctx, s); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -581,21 +581,21 @@ func TestBootstrapTimesOutOnTheInjectedClock(t *testing.T) {
 	s := e.scope()
 	s.ContainerMachine.Spec.Lifecycle.BootstrapTimeout = &metav1.Duration{Duration: time.Minute}
 	ctx := context.Background()
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	res, err := (&Bootstrap{e.deps}).Reconcile(ctx, s)
+	res, err := e.deps.bootstrap().Reconcile(ctx, s)
 	if err != nil || res.RequeueAfter == 0 || res.RequeueAfter > time.Minute {
 		t.Fatalf("want a requeue within the timeout, got %v %v", res, err)
 	}
 	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionUnknown, infrav1.InProgressReason)
 	e.clock.Step(59 * time.Second)
-	if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.bootstrap().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionUnknown, infrav1.InProgressReason)
 	e.clock.Step(time.Second)
-	if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.bootstrap().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.TimedOutReason)

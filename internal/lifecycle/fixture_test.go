@@ -26,6 +26,8 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	fakeruntime "github.com/capct/cluster-api-provider-container/internal/container/fake"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
+	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+	"github.com/capct/cluster-api-provider-container/internal/machineprovider"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
@@ -39,7 +41,7 @@ type env struct {
 	runtime  *fakeruntime.Runtime
 	mgmt     client.Client
 	workload client.Client
-	deps     *Deps
+	deps     *testDeps
 	finished chan types.NamespacedName
 	recorder *record.FakeRecorder
 }
@@ -78,15 +80,17 @@ func newEnv(t *testing.T, bootstrapData string) *env {
 	e.workload = fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&corev1.Node{}).Build()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	e.deps = &Deps{
-		Client:   e.mgmt,
-		Engines:  engines.Single(e.runtime),
-		Clock:    clk,
-		Recorder: e.recorder,
-		WorkloadClient: func(context.Context, client.ObjectKey) (client.Client, error) {
-			return e.workload, nil
+	e.deps = &testDeps{
+		Config: Config{
+			Client:   e.mgmt,
+			Clock:    clk,
+			Recorder: e.recorder,
+			WorkloadClient: func(context.Context, client.ObjectKey) (client.Client, error) {
+				return e.workload, nil
+			},
+			Bootstraps: NewBootstrapRunner(ctx, clock.RealClock{}, 0, func(k types.NamespacedName) { e.finished <- k }),
 		},
-		Bootstraps: NewBootstrapRunner(ctx, clock.RealClock{}, 0, func(k types.NamespacedName) { e.finished <- k }),
+		Provider: &machineprovider.Provider{Client: e.mgmt, APIReader: e.mgmt, Engines: engines.Single(e.runtime)},
 	}
 	e.deps.Bootstraps.poll = 10 * time.Millisecond
 	// The default node image of the machines' version, on the host: CAPCT
@@ -119,6 +123,14 @@ func (e *env) scope() *MachineScope {
 }
 
 // newScope returns a control-plane machine whose prerequisites are all met.
+// onEngine places s's machine on the ContainerEngine name, which the env's
+// runtime serves, beside the manager's own engine, which local serves.
+func (e *env) onEngine(s *MachineScope, name string, local container.Runtime) {
+	s.ContainerCluster.Spec.Engines = []infrav1.ClusterEngine{{Name: name}}
+	metav1.SetMetaDataAnnotation(&s.ContainerMachine.ObjectMeta, infrav1.EngineAnnotation, name)
+	e.deps.Engines = engines.Named(map[string]container.Runtime{engines.Local: local, name: e.runtime})
+}
+
 func newScope() *MachineScope {
 	cluster := &clusterv1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1", UID: "uid-1"},
@@ -128,7 +140,7 @@ func newScope() *MachineScope {
 				Reason: "Initialized", LastTransitionTime: metav1.NewTime(start)}},
 		},
 	}
-	return &MachineScope{
+	return &MachineScope{Claim: machineprovider.Claim{
 		Cluster: cluster,
 		ContainerCluster: &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"},
 			Spec: infrav1.ContainerClusterSpec{ClusterID: clusterOwner.ClusterID, Network: infrav1.NetworkSpec{Name: "capct-c1"}}},
@@ -140,8 +152,9 @@ func newScope() *MachineScope {
 			Namespace: "ns", Name: "cp-0", CreationTimestamp: metav1.NewTime(start),
 			Labels: map[string]string{clusterv1.ClusterNameLabel: "c1", clusterv1.MachineControlPlaneLabel: ""},
 		}},
+		Version: "v1.35.4",
+	},
 		BootstrapDataSecretName: ptr.To("bootstrap"),
-		Version:                 "v1.35.4",
 	}
 }
 
@@ -165,14 +178,14 @@ func wantCondition(t *testing.T, s *MachineScope, conditionType string, status m
 func bootstrap(t *testing.T, e *env, s *MachineScope) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.bootstrap().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	e.waitForBootstrap(s)
-	if _, err := (&Bootstrap{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.bootstrap().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -194,4 +207,44 @@ func readyNode(name string, taints ...corev1.Taint) *corev1.Node {
 		Spec:       corev1.NodeSpec{ProviderID: "container:///" + name, Taints: taints},
 		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
 	}
+}
+
+// testDeps are what the env's phases are built from: the lifecycle's
+// Config, and the machine provider, whose fields the tests set.
+type testDeps struct {
+	Config
+	*machineprovider.Provider
+}
+
+func (d *testDeps) config() Config {
+	c := d.Config
+	c.Provider = d.Provider
+	return c
+}
+
+func (d *testDeps) launch() *Launch {
+	return &Launch{Provider: d.Provider, Clock: d.Clock, Recorder: d.Recorder}
+}
+
+func (d *testDeps) bootstrap() *Bootstrap {
+	return &Bootstrap{Client: d.Config.Client, Runner: d.Bootstraps, Clock: d.Clock, Recorder: d.Recorder}
+}
+
+func (d *testDeps) registration() *Registration {
+	return &Registration{WorkloadClient: d.WorkloadClient, Clock: d.Clock}
+}
+
+func (d *testDeps) initialization() *Initialization {
+	return &Initialization{WorkloadClient: d.WorkloadClient, NodeIPAM: d.NodeIPAM, Clock: d.Clock, Recorder: d.Recorder}
+}
+
+func (d *testDeps) liveness() *Liveness { return &Liveness{Clock: d.Clock, Recorder: d.Recorder} }
+
+// termination returns the Termination of a machine behind lb (nil: none)
+// that waits timeout (0: the default) for an engine that does not answer.
+func (d *testDeps) termination(lb *loadbalancer.LoadBalancer, timeout time.Duration) *Termination {
+	d.LoadBalancer = lb
+	c := d.config()
+	c.UnreachableEngineDeletionTimeout = timeout
+	return NewTermination(c)
 }

@@ -41,10 +41,10 @@ func TestLaunchCopiesAMissingImageToItsEngine(t *testing.T) {
 			e.deps.Images = imagecopy.New(ctx, engines.Named(map[string]container.Runtime{engines.Local: local, "engine-b": e.runtime}), 0,
 				func(k types.NamespacedName) { woken <- k }, nil)
 			s := e.scope()
-			s.Engine = "engine-b"
+			e.onEngine(s, "engine-b", local)
 			s.ContainerMachine.Spec.Image = tc.image
 
-			if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+			if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 				t.Fatal(err)
 			}
 			wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.CopyingImageReason)
@@ -56,7 +56,7 @@ func TestLaunchCopiesAMissingImageToItsEngine(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the machine was not woken when the copy ended")
 			}
-			if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+			if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 				t.Fatal(err)
 			}
 			want := metav1.ConditionFalse
@@ -81,7 +81,7 @@ func TestLaunchOnTheManagersEngineCopiesNothing(t *testing.T) {
 	e.deps.Images = imagecopy.New(ctx, engines.Named(map[string]container.Runtime{engines.Local: e.runtime, "engine-b": other}), 0, func(types.NamespacedName) {}, nil)
 	s := e.scope()
 	s.ContainerMachine.Spec.Image = "capct/node:v1.35.9"
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.ImageNotOnHostReason)

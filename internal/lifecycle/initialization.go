@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,7 +29,17 @@ const maxPodCIDRRetry = 5 * time.Minute
 // Initialization makes a registered Node usable: it assigns the Node's pod
 // CIDRs (node IPAM), gives the Node the machine's addresses and removes the
 // uninitialized taint, and waits for the Node to be Ready.
-type Initialization struct{ *Deps }
+type Initialization struct {
+	WorkloadClient WorkloadClientFunc
+	// NodeIPAM decides and records node pod CIDRs; nil when node IPAM is
+	// off.
+	NodeIPAM *nodeipam.Recorder
+	// NodeRecheck is how soon a machine whose Node is not Ready looks again
+	// (Config.NodeRecheck).
+	NodeRecheck time.Duration
+	Clock       clock.PassiveClock
+	Recorder    record.EventRecorder
+}
 
 // Reconcile implements Phase.
 func (i *Initialization) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, error) {
@@ -60,13 +72,12 @@ func (i *Initialization) Reconcile(ctx context.Context, s *MachineScope) (ctrl.R
 	}
 	if !isNodeReady(s.Node) {
 		setCondition(cm, now, infrav1.InitializedCondition, metav1.ConditionFalse, infrav1.NodeNotReadyReason, fmt.Sprintf("Node %s is not Ready", s.Node.Name))
-		return ctrl.Result{RequeueAfter: nodePoll}, nil
+		return ctrl.Result{RequeueAfter: nodeRecheck(i.NodeRecheck)}, nil
 	}
 	if elapsed, ok := since(cm, now, infrav1.RegisteredCondition); ok {
 		initializationDuration.Observe(elapsed.Seconds())
 	}
 	setCondition(cm, now, infrav1.InitializedCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
-	i.Recorder.Eventf(cm, corev1.EventTypeNormal, "Initialized", "Node %s is Ready", s.Node.Name)
 	return ctrl.Result{}, nil
 }
 
@@ -100,7 +111,9 @@ func (i *Initialization) assignPodCIDRs(ctx context.Context, s *MachineScope, wo
 		}
 		i.Recorder.Eventf(target, corev1.EventTypeWarning, nodeipam.EventBadRecord, "Bad pod CIDR record of %s: %v", b.Owner, b.Err)
 	}
-	if d.Event != nil {
+	// The PodCIDRAllocated condition says what was decided; only what a
+	// person may act on is an event too.
+	if d.Event != nil && d.Event.Type == corev1.EventTypeWarning {
 		i.Recorder.Event(cm, d.Event.Type, d.Event.Reason, d.Event.Message)
 	}
 	now := i.Clock.Now()

@@ -35,7 +35,7 @@ func TestLaunchWaitsForWhatItNeeds(t *testing.T) {
 			e := newEnv(t, cloudConfig)
 			s := e.scope()
 			tc.mutate(s)
-			if _, err := (&Launch{e.deps}).Reconcile(context.Background(), s); err != nil {
+			if _, err := e.deps.launch().Reconcile(context.Background(), s); err != nil {
 				t.Fatal(err)
 			}
 			wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionFalse, tc.reason)
@@ -50,7 +50,7 @@ func TestLaunchCreatesAndAdopts(t *testing.T) {
 	e := newEnv(t, cloudConfig)
 	ctx := context.Background()
 	s := e.scope()
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
@@ -72,7 +72,7 @@ func TestLaunchCreatesAndAdopts(t *testing.T) {
 
 	// A second pass, as after a crash, adopts the same container.
 	s2 := e.scope()
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s2); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s2); err != nil {
 		t.Fatal(err)
 	}
 	if s2.Container == nil || s2.Container.ID != m.ID {
@@ -89,7 +89,7 @@ func TestLaunchRefusesAForeignContainerAndTimesOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := e.scope()
-	res, err := (&Launch{e.deps}).Reconcile(ctx, s)
+	res, err := e.deps.launch().Reconcile(ctx, s)
 	if err != nil || res.RequeueAfter == 0 {
 		t.Fatalf("want a retry, got %v %v", res, err)
 	}
@@ -98,7 +98,7 @@ func TestLaunchRefusesAForeignContainerAndTimesOut(t *testing.T) {
 		t.Fatalf("the message does not name the container: %s", condition(s, infrav1.LaunchedCondition).Message)
 	}
 	e.clock.Step(LaunchTimeout)
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err == nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s); err == nil {
 		t.Fatal("want a terminal error after the launch timeout")
 	}
 	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.LaunchFailedReason)
@@ -173,7 +173,7 @@ func TestLaunchRefusesWhatThePolicyOrTheHostCannotGive(t *testing.T) {
 			ctx := context.Background()
 			s := e.scope()
 			tc.setup(e, s)
-			res, err := (&Launch{e.deps}).Reconcile(ctx, s)
+			res, err := e.deps.launch().Reconcile(ctx, s)
 			if err != nil {
 				t.Fatalf("want no error to retry with backoff, got %v", err)
 			}
@@ -195,7 +195,7 @@ func TestLaunchRefusesWhatThePolicyOrTheHostCannotGive(t *testing.T) {
 			// wake the machine at once, again and again.
 			first := condition(s, infrav1.LaunchedCondition)
 			e.clock.Step(time.Minute)
-			if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+			if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 				t.Fatal(err)
 			}
 			if again := condition(s, infrav1.LaunchedCondition); !again.LastTransitionTime.Equal(&first.LastTransitionTime) || again.Reason != first.Reason {
@@ -207,7 +207,7 @@ func TestLaunchRefusesWhatThePolicyOrTheHostCannotGive(t *testing.T) {
 			// Past the launch timeout, still not final.
 			e.clock.Step(2 * LaunchTimeout)
 			tc.fix(e, s)
-			if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+			if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 				t.Fatal(err)
 			}
 			wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
@@ -234,7 +234,7 @@ func TestLaunchRejectsAnUnparseableVersion(t *testing.T) {
 	e := newEnv(t, cloudConfig)
 	s := e.scope()
 	s.Version = "one.two"
-	_, err := (&Launch{e.deps}).Reconcile(context.Background(), s)
+	_, err := e.deps.launch().Reconcile(context.Background(), s)
 	if err == nil {
 		t.Fatal("want an error")
 	}
@@ -248,11 +248,11 @@ func TestLaunchReportsAMissingContainerWithoutRecreatingIt(t *testing.T) {
 	e := newEnv(t, cloudConfig)
 	ctx := context.Background()
 	s := e.scope()
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	e.runtime.RemoveOutOfBand(cpName)
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.ContainerMissingReason)
@@ -284,7 +284,7 @@ func TestACreatedContainerWhoseAddressWasTakenIsLaunchedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.runtime.FailNext(fakeruntime.OpStart, container.NewError("start", "container", cpName, container.KindInUse, errors.New("Address already in use")))
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.runtime.Inspect(ctx, cpName); !container.IsNotFound(err) {
@@ -293,7 +293,7 @@ func TestACreatedContainerWhoseAddressWasTakenIsLaunchedAgain(t *testing.T) {
 	if c := TerminalCondition(s.ContainerMachine); c != nil {
 		t.Fatalf("the machine failed for good: %s %s", c.Type, c.Reason)
 	}
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason)

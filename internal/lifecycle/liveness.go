@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -33,7 +35,13 @@ const (
 // its container stopped or restarted: ContainerRunning turns True again
 // only when the container runs and its Node has reported Ready since the
 // container started (see runningCondition).
-type Liveness struct{ *Deps }
+type Liveness struct {
+	// NodeRecheck is how soon a machine whose Node is not back looks again
+	// (Config.NodeRecheck).
+	NodeRecheck time.Duration
+	Clock       clock.PassiveClock
+	Recorder    record.EventRecorder
+}
 
 // Reconcile implements Phase.
 func (l *Liveness) Reconcile(_ context.Context, s *MachineScope) (ctrl.Result, error) {
@@ -85,10 +93,7 @@ func (l *Liveness) nodeBack(s *MachineScope, now time.Time) ctrl.Result {
 	status, reason, msg := runningCondition(s.Container, s.Node, wasRunning)
 	setCondition(cm, now, infrav1.ContainerRunningCondition, status, reason, msg)
 	if status != metav1.ConditionTrue {
-		return ctrl.Result{RequeueAfter: nodePoll}
-	}
-	if !wasRunning {
-		l.Recorder.Eventf(cm, corev1.EventTypeNormal, infrav1.RunningReason, "Container %s runs and Node %s is Ready again", s.Container.Name, s.Node.Name)
+		return ctrl.Result{RequeueAfter: nodeRecheck(l.NodeRecheck)}
 	}
 	return ctrl.Result{}
 }

@@ -40,7 +40,7 @@ func TestLivenessTimeouts(t *testing.T) {
 			e.clock.Step(tc.step)
 			phase := map[string]string{infrav1.RegisteredCondition: "registration", infrav1.InitializedCondition: "initialization"}[tc.wantType]
 			terminations := testutil.ToFloat64(livenessTerminations.WithLabelValues(phase))
-			res, err := (&Liveness{e.deps}).Reconcile(context.Background(), s)
+			res, err := e.deps.liveness().Reconcile(context.Background(), s)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,12 +16,12 @@ func TestTheEngineGoingAwayMidReconcileIsWaitedFor(t *testing.T) {
 	e := newEnv(t, cloudConfig)
 	ctx := context.Background()
 	s := e.scope()
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	away := container.NewError("read", "file", cpName, container.KindUnreachable, errors.New("connection refused"))
 	e.runtime.FailNext(fakeruntime.OpReadFile, away)
-	res, err := NewMachine(e.deps).Reconcile(ctx, s)
+	res, err := NewMachine(e.deps.config()).Reconcile(ctx, s)
 	if err != nil {
 		t.Fatalf("want no error, got %v", err)
 	}

@@ -81,7 +81,7 @@ func TestDockerPreloadFailsOnANodeWithoutSystemd(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the first attempt's launch did not end")
 	}
-	_, err := (&Bootstrap{e.deps}).Reconcile(context.Background(), e.s)
+	_, err := e.deps.bootstrap().Reconcile(context.Background(), e.s)
 	if err == nil || !strings.Contains(err.Error(), "the node image has no systemctl") {
 		t.Fatalf("want the missing systemctl named, got %v", err)
 	}

@@ -8,7 +8,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
-	"github.com/capct/cluster-api-provider-container/internal/engines"
 )
 
 // Provision reports the machine to Cluster API once its bootstrap data has
@@ -16,7 +15,7 @@ import (
 // status.initialization.provisioned, as the InfraMachine contract asks. It
 // derives everything from the container, so it also restores status after
 // clusterctl move, which does not carry status.
-type Provision struct{ *Deps }
+type Provision struct{}
 
 // Reconcile implements Phase.
 func (p *Provision) Reconcile(_ context.Context, s *MachineScope) (ctrl.Result, error) {
@@ -26,13 +25,12 @@ func (p *Provision) Reconcile(_ context.Context, s *MachineScope) (ctrl.Result, 
 	}
 	cm.Spec.ProviderID = s.ProviderID()
 	cm.Status.Addresses = Addresses(s.Container)
-	// The engine is the failure domain of a machine on engines; the
-	// Machine's failure domain only labels one on the manager's own.
-	switch {
-	case s.Engine != engines.Local:
-		cm.Status.FailureDomain = s.Engine
-	case s.Machine != nil && s.Machine.Spec.FailureDomain != "":
-		cm.Status.FailureDomain = s.Machine.Spec.FailureDomain
+	machineFailureDomain := ""
+	if s.Machine != nil {
+		machineFailureDomain = s.Machine.Spec.FailureDomain
+	}
+	if fd := s.FailureDomain(machineFailureDomain); fd != "" {
+		cm.Status.FailureDomain = fd
 	}
 	cm.Status.Initialization.Provisioned = ptr.To(true)
 	return ctrl.Result{}, nil

@@ -8,13 +8,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/utils/clock"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
-	"github.com/capct/cluster-api-provider-container/internal/ssa"
 )
 
 const (
@@ -25,22 +27,34 @@ const (
 	// shared with node IPAM, whose applies do not list the providerID, it
 	// would ask to clear the providerID, which Node validation refuses.
 	FieldOwner = "capct-registration"
-	// nodePoll is how often a machine waiting on its Node looks again.
+	// nodePoll is how often a machine waiting on its Node looks again when
+	// Node events do not wake it (Config.NodeRecheck).
 	nodePoll = 5 * time.Second
 )
 
 // Registration finds the machine's Node in the workload cluster, by
 // providerID or else by name (the kubelet's hostname is the container
 // name), and sets spec.providerID on it when the kubelet did not.
-type Registration struct{ *Deps }
+type Registration struct {
+	WorkloadClient WorkloadClientFunc
+	// NodeRecheck is how soon a machine whose Node is not there looks
+	// again (Config.NodeRecheck).
+	NodeRecheck time.Duration
+	Clock       clock.PassiveClock
+}
 
 // Reconcile implements Phase.
 func (r *Registration) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, error) {
 	cm := s.ContainerMachine
 	now := r.Clock.Now()
-	if !ptrTrue(cm.Status.Initialization.Provisioned) {
+	// The kubelet registers the Node while the bootstrap data still runs
+	// (a worker's at the end of kubeadm join, a control plane's as soon as
+	// its API server answers), so the Node is looked for from the launch
+	// on: the pod CIDRs, the CNI configuration and the taint's removal then
+	// go on beside the end of the bootstrap, not after it.
+	if s.Container == nil {
 		if !conditions.IsTrue(cm, infrav1.RegisteredCondition) {
-			setCondition(cm, now, infrav1.RegisteredCondition, metav1.ConditionFalse, infrav1.WaitingForBootstrapReason, "Waiting for the bootstrap data to run")
+			setCondition(cm, now, infrav1.RegisteredCondition, metav1.ConditionFalse, infrav1.WaitingForLaunchReason, "Waiting for the container to run")
 		}
 		return ctrl.Result{}, nil
 	}
@@ -68,24 +82,22 @@ func (r *Registration) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Res
 		return ctrl.Result{}, err
 	}
 	if node == nil {
-		if !conditions.IsTrue(cm, infrav1.RegisteredCondition) {
+		switch {
+		case conditions.IsTrue(cm, infrav1.RegisteredCondition):
+		case !conditions.IsTrue(cm, infrav1.BootstrappedCondition):
+			// Expected: the kubelet registers while kubeadm runs.
+			setCondition(cm, now, infrav1.RegisteredCondition, metav1.ConditionFalse, infrav1.WaitingForBootstrapReason,
+				fmt.Sprintf("Waiting for the kubelet to register Node %s while the bootstrap data runs", s.ContainerName()))
+		default:
 			setCondition(cm, now, infrav1.RegisteredCondition, metav1.ConditionFalse, infrav1.NodeNotFoundReason,
 				fmt.Sprintf("No Node with providerID %s or name %s yet", s.ProviderID(), s.ContainerName()))
 		}
-		return ctrl.Result{RequeueAfter: nodePoll}, nil
+		return ctrl.Result{RequeueAfter: nodeRecheck(r.NodeRecheck)}, nil
 	}
 	if node.Spec.ProviderID == "" {
-		applied := &corev1.Node{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
-			ObjectMeta: metav1.ObjectMeta{Name: node.Name},
-			Spec:       corev1.NodeSpec{ProviderID: s.ProviderID()},
+		if node, err = applyProviderID(ctx, workload, node.Name, s.ProviderID()); err != nil {
+			return ctrl.Result{}, err
 		}
-		if err := ssa.Apply(ctx, workload, FieldOwner, applied); err != nil {
-			return ctrl.Result{}, fmt.Errorf("failed to set providerID on Node %s: %w", node.Name, err)
-		}
-		// The Node as the server returned it: the later phases apply with
-		// its resourceVersion, and the one read before is stale now.
-		node = applied
 	}
 	s.Node = node
 	if !conditions.IsTrue(cm, infrav1.RegisteredCondition) {
@@ -123,3 +135,32 @@ func findNode(ctx context.Context, c client.Client, providerID, name string) (*c
 }
 
 func ptrTrue(b *bool) bool { return b != nil && *b }
+
+// nodeRecheck is configured, or nodePoll.
+func nodeRecheck(configured time.Duration) time.Duration {
+	if configured > 0 {
+		return configured
+	}
+	return nodePoll
+}
+
+// applyProviderID server-side applies the Node's spec.providerID as CAPCT,
+// with client-go's apply configuration of a Node, which sends that one
+// field: the Node is the kubelet's, and CAPCT owns only this field of it.
+// It returns the Node as the server returned it: the later phases write
+// with its resourceVersion, and the one read before is stale now.
+func applyProviderID(ctx context.Context, workload client.Client, name, providerID string) (*corev1.Node, error) {
+	applied := corev1ac.Node(name).WithSpec(corev1ac.NodeSpec().WithProviderID(providerID))
+	if err := workload.Apply(ctx, applied, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return nil, fmt.Errorf("failed to set providerID on Node %s: %w", name, err)
+	}
+	fields, err := runtime.DefaultUnstructuredConverter.ToUnstructured(applied)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read Node %s as applied: %w", name, err)
+	}
+	node := &corev1.Node{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(fields, node); err != nil {
+		return nil, fmt.Errorf("failed to read Node %s as applied: %w", name, err)
+	}
+	return node, nil
+}

@@ -6,10 +6,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
@@ -20,59 +22,108 @@ import (
 
 func TestSetReadyCondition(t *testing.T) {
 	type cond struct {
-		t      string
-		status metav1.ConditionStatus
-		reason string
+		t       string
+		status  metav1.ConditionStatus
+		reason  string
+		message string
 	}
-	ok := func(t string) cond { return cond{t, metav1.ConditionTrue, infrav1.SucceededReason} }
-	running := cond{infrav1.ContainerRunningCondition, metav1.ConditionTrue, infrav1.RunningReason}
+	ok := func(t string) cond { return cond{t, metav1.ConditionTrue, infrav1.SucceededReason, ""} }
+	running := cond{infrav1.ContainerRunningCondition, metav1.ConditionTrue, infrav1.RunningReason, ""}
 	all := []cond{ok(infrav1.LaunchedCondition), running, ok(infrav1.BootstrappedCondition), ok(infrav1.RegisteredCondition), ok(infrav1.InitializedCondition)}
-	with := func(c cond) []cond {
+	with := func(cs ...cond) []cond {
 		out := append([]cond(nil), all...)
-		for i := range out {
-			if out[i].t == c.t {
-				out[i] = c
+		for _, c := range cs {
+			for i := range out {
+				if out[i].t == c.t {
+					out[i] = c
+				}
 			}
 		}
 		return out
 	}
+	stopped := cond{infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.StoppedReason, "Container c1-cp-0 is exited"}
+	bootstrapping := []cond{ok(infrav1.LaunchedCondition), running,
+		{infrav1.BootstrappedCondition, metav1.ConditionUnknown, infrav1.InProgressReason, "Attempt 1 of 3 is running"},
+		{infrav1.RegisteredCondition, metav1.ConditionFalse, infrav1.WaitingForBootstrapReason, "Waiting for the bootstrap data to run"},
+		{infrav1.InitializedCondition, metav1.ConditionFalse, infrav1.WaitingForRegistrationReason, "Waiting for the Node to register"}}
 	testCases := []struct {
-		name       string
-		conds      []cond
-		wantStatus metav1.ConditionStatus
-		wantReason string
-		terminal   bool
-		wantPhase  infrav1.MachinePhase
+		name        string
+		conds       []cond
+		deleting    bool
+		wantStatus  metav1.ConditionStatus
+		wantReason  string
+		wantMessage string
+		terminal    bool
+		wantPhase   infrav1.MachinePhase
 	}{
-		{name: "nothing yet", wantStatus: metav1.ConditionFalse, wantReason: infrav1.InProgressReason},
+		{name: "nothing yet: the phases behind the first are left out", wantStatus: metav1.ConditionFalse, wantReason: infrav1.InProgressReason,
+			wantMessage: "* Launched: Condition not yet reported"},
 		{name: "every phase done", conds: all, wantStatus: metav1.ConditionTrue, wantReason: infrav1.SucceededReason, wantPhase: infrav1.MachinePhaseRunning},
-		{name: "launched, not yet known to run", conds: []cond{ok(infrav1.LaunchedCondition)}, wantStatus: metav1.ConditionFalse, wantReason: infrav1.InProgressReason},
-		{name: "a stopped container", conds: with(cond{infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.StoppedReason}),
-			wantStatus: metav1.ConditionFalse, wantReason: infrav1.StoppedReason, wantPhase: infrav1.MachinePhaseStopped},
-		{name: "a restarting container", conds: with(cond{infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.RestartingReason}),
-			wantStatus: metav1.ConditionFalse, wantReason: infrav1.RestartingReason, wantPhase: infrav1.MachinePhaseStopped},
-		{name: "back, but the Node not yet", conds: with(cond{infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.NodeNotReadyReason}),
-			wantStatus: metav1.ConditionFalse, wantReason: infrav1.NodeNotReadyReason, wantPhase: infrav1.MachinePhaseStopped},
-		{name: "the engine away", conds: with(cond{infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.EngineUnreachableReason}),
-			wantStatus: metav1.ConditionFalse, wantReason: infrav1.EngineUnreachableReason, wantPhase: infrav1.MachinePhaseStopped},
-		{name: "the container gone", conds: with(cond{infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.ContainerMissingReason}),
-			wantStatus: metav1.ConditionFalse, wantReason: infrav1.ContainerMissingReason, terminal: true},
-		{name: "waiting for host capacity", conds: []cond{{infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.WaitingForHostCapacityReason}},
-			wantStatus: metav1.ConditionFalse, wantReason: infrav1.WaitingForHostCapacityReason},
-		{name: "a terminal phase wins over a stopped container", conds: append(with(cond{infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.StoppedReason}),
-			cond{infrav1.InitializedCondition, metav1.ConditionFalse, infrav1.TimedOutReason}),
-			wantStatus: metav1.ConditionFalse, wantReason: infrav1.TimedOutReason, terminal: true},
+		{name: "launched, not yet known to run", conds: []cond{ok(infrav1.LaunchedCondition)}, wantStatus: metav1.ConditionFalse, wantReason: infrav1.InProgressReason,
+			wantMessage: "* ContainerRunning: Condition not yet reported"},
+		{name: "every phase done but the last not reported", conds: all[:4], wantStatus: metav1.ConditionFalse, wantReason: infrav1.InProgressReason,
+			wantMessage: "* Initialized: Condition not yet reported"},
+		{name: "a waiting reason with every phase before True still counts", conds: with(cond{infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.WaitingForLaunchReason, "Waiting for the container to run"}),
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.WaitingForLaunchReason, wantMessage: "* Bootstrapped: Waiting for the container to run"},
+		{name: "a bootstrap in progress is False, not Unknown, and hides the phases waiting for it", conds: bootstrapping,
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.InProgressReason, wantMessage: "* Bootstrapped: Attempt 1 of 3 is running", wantPhase: infrav1.MachinePhaseLaunched},
+		{name: "a stopped container", conds: with(stopped),
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.StoppedReason, wantMessage: "* ContainerRunning: Container c1-cp-0 is exited", wantPhase: infrav1.MachinePhaseStopped},
+		{name: "a restarting container, without a message, shows its reason", conds: with(cond{infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.RestartingReason, ""}),
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.RestartingReason, wantMessage: "* ContainerRunning: Restarting", wantPhase: infrav1.MachinePhaseStopped},
+		{name: "back, but the Node not yet", conds: with(cond{infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.NodeNotReadyReason, ""}),
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.NodeNotReadyReason, wantMessage: "* ContainerRunning: NodeNotReady", wantPhase: infrav1.MachinePhaseStopped},
+		{name: "the engine away", conds: with(cond{infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.EngineUnreachableReason, ""}),
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.EngineUnreachableReason, wantMessage: "* ContainerRunning: EngineUnreachable", wantPhase: infrav1.MachinePhaseStopped},
+		{name: "two phases not True that wait for nothing both show, the first names the reason",
+			conds:      with(stopped, cond{infrav1.InitializedCondition, metav1.ConditionFalse, infrav1.NodeNotReadyReason, "Node cp-0 is not Ready"}),
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.StoppedReason, wantPhase: infrav1.MachinePhaseStopped,
+			wantMessage: "* ContainerRunning: Container c1-cp-0 is exited\n* Initialized: Node cp-0 is not Ready"},
+		{name: "the container gone", conds: with(cond{infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.ContainerMissingReason, "Container c1-cp-0 is gone"}),
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.ContainerMissingReason, wantMessage: "* Launched: Container c1-cp-0 is gone", terminal: true},
+		{name: "a launch that gave up hides the phases waiting for it",
+			conds: []cond{{infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.LaunchFailedReason, "No container within 5m0s"},
+				{infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.WaitingForLaunchReason, "Waiting for the container to run"}},
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.LaunchFailedReason, wantMessage: "* Launched: No container within 5m0s", terminal: true},
+		{name: "waiting for host capacity", conds: []cond{{infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.WaitingForHostCapacityReason, ""}},
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.WaitingForHostCapacityReason, wantMessage: "* Launched: WaitingForHostCapacity"},
+		{name: "a terminal phase wins over a stopped container, which still shows",
+			conds:      with(stopped, cond{infrav1.InitializedCondition, metav1.ConditionFalse, infrav1.TimedOutReason, "Node not Ready within 15m0s"}),
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.TimedOutReason, terminal: true,
+			wantMessage: "* ContainerRunning: Container c1-cp-0 is exited\n* Initialized: Node not Ready within 15m0s"},
+		{name: "a multi-line message is indented as Cluster API does",
+			conds:      with(cond{infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.BootstrapFailedReason, "kubeadm join failed\npreflight: port 10250 in use"}),
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.BootstrapFailedReason, terminal: true,
+			wantMessage: "* Bootstrapped:\n  * kubeadm join failed\n  * preflight: port 10250 in use"},
+		{name: "deleting comes first and keeps what else is wrong", deleting: true,
+			conds:      with(cond{infrav1.ContainerRunningCondition, metav1.ConditionFalse, infrav1.EngineUnreachableReason, "Engine default did not answer"}),
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.DeletingReason, wantPhase: infrav1.MachinePhaseDeleting,
+			wantMessage: "* Deleting: Deleting the container\n* ContainerRunning: Engine default did not answer"},
+		{name: "deleting wins over a terminal phase", deleting: true, conds: with(cond{infrav1.LaunchedCondition, metav1.ConditionFalse, infrav1.ContainerMissingReason, "gone"}),
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.DeletingReason, terminal: true, wantPhase: infrav1.MachinePhaseDeleting,
+			wantMessage: "* Deleting: Deleting the container\n* Launched: gone"},
+		{name: "deleting a ready machine", deleting: true, conds: all, wantStatus: metav1.ConditionFalse, wantReason: infrav1.DeletingReason,
+			wantMessage: "* Deleting: Deleting the container", wantPhase: infrav1.MachinePhaseDeleting},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.name, func(t *testing.T) {
 			cm := &infrav1.ContainerMachine{}
-			for _, c := range tc.conds {
-				setCondition(cm, start, c.t, c.status, c.reason, "")
+			if tc.deleting {
+				cm.DeletionTimestamp = ptr.To(metav1.NewTime(start))
 			}
-			SetReadyCondition(cm, start)
+			for _, c := range tc.conds {
+				setCondition(cm, start, c.t, c.status, c.reason, c.message)
+			}
+			SetReadyCondition(cm, start.Add(time.Minute))
 			ready := conditions.Get(cm, infrav1.ReadyCondition)
 			if ready.Status != tc.wantStatus || ready.Reason != tc.wantReason {
 				t.Fatalf("want Ready %s/%s, got %s/%s (%s)", tc.wantStatus, tc.wantReason, ready.Status, ready.Reason, ready.Message)
+			}
+			if ready.Message != tc.wantMessage {
+				t.Fatalf("want Ready's message\n%s\ngot\n%s", tc.wantMessage, ready.Message)
+			}
+			if !ready.LastTransitionTime.Time.Equal(start.Add(time.Minute).Truncate(time.Second)) {
+				t.Fatalf("want Ready's transition at the clock's time, got %s", ready.LastTransitionTime)
 			}
 			if got := TerminalCondition(cm) != nil; got != tc.terminal {
 				t.Fatalf("want terminal %v, got %v", tc.terminal, got)
@@ -80,8 +131,48 @@ func TestSetReadyCondition(t *testing.T) {
 			if tc.wantPhase != "" && DerivePhase(cm) != tc.wantPhase {
 				t.Fatalf("want phase %s, got %s", tc.wantPhase, DerivePhase(cm))
 			}
-			if got := DerivePhase(cm) == infrav1.MachinePhaseFailed; got != tc.terminal {
+			if got := DerivePhase(cm) == infrav1.MachinePhaseFailed; got != (tc.terminal && !tc.deleting) {
 				t.Fatalf("want phase Failed only when terminal, got %s", DerivePhase(cm))
+			}
+		})
+	}
+}
+
+// TestSetReadyConditionKeepsItsTransitionTime checks that Ready's transition
+// time moves only when its status does, as metav1's conditions do, though
+// its reason and message change with every phase.
+func TestSetReadyConditionKeepsItsTransitionTime(t *testing.T) {
+	cm := &infrav1.ContainerMachine{}
+	SetReadyCondition(cm, start)
+	setCondition(cm, start, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
+	SetReadyCondition(cm, start.Add(time.Minute))
+	ready := conditions.Get(cm, infrav1.ReadyCondition)
+	if ready.Reason != infrav1.InProgressReason || !ready.LastTransitionTime.Time.Equal(start.Truncate(time.Second)) {
+		t.Fatalf("want Ready InProgress since the start, got %s since %s", ready.Reason, ready.LastTransitionTime)
+	}
+}
+
+func TestTruncateMessage(t *testing.T) {
+	// é's two bytes straddle the cut, which falls before it.
+	straddling := strings.Repeat("a", maxConditionMessage-4) + "é" + "tail"
+	testCases := []struct {
+		name string
+		in   string
+		want string
+	}{
+		{"short", "fine", "fine"},
+		{"at the limit", strings.Repeat("b", maxConditionMessage), strings.Repeat("b", maxConditionMessage)},
+		{"over the limit", strings.Repeat("c", maxConditionMessage+1), strings.Repeat("c", maxConditionMessage-3) + "..."},
+		{"never inside a character", straddling, strings.Repeat("a", maxConditionMessage-4) + "..."},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := truncateMessage(tc.in)
+			if got != tc.want {
+				t.Fatalf("want %d bytes ending %q, got %d bytes ending %q", len(tc.want), tc.want[max(0, len(tc.want)-8):], len(got), got[max(0, len(got)-8):])
+			}
+			if len(got) > maxConditionMessage || !utf8.ValidString(got) {
+				t.Fatalf("want at most %d bytes of valid UTF-8, got %d", maxConditionMessage, len(got))
 			}
 		})
 	}
@@ -148,7 +239,7 @@ func initialized(t *testing.T, e *env) *MachineScope {
 func pass(t *testing.T, e *env, s *MachineScope) {
 	t.Helper()
 	s.Container, s.Node = nil, nil
-	if _, err := NewMachine(e.deps).Reconcile(context.Background(), s); err != nil {
+	if _, err := NewMachine(e.deps.config()).Reconcile(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
 	SetReadyCondition(s.ContainerMachine, e.clock.Now())
@@ -214,7 +305,6 @@ func TestAStoppedContainerComesBackWithItsNode(t *testing.T) {
 	pass(t, e, s)
 	wantCondition(t, s, infrav1.ContainerRunningCondition, metav1.ConditionTrue, infrav1.RunningReason)
 	wantCondition(t, s, infrav1.ReadyCondition, metav1.ConditionTrue, infrav1.SucceededReason)
-	e.wantEvent(t, "Normal "+infrav1.RunningReason)
 }
 
 // wantEvent drains the recorded events up to one that contains want.
@@ -289,7 +379,7 @@ func TestTheEngineBeingAwayFailsNothing(t *testing.T) {
 	// its timeout counts again once the engine answers.
 	s2 := e.scope()
 	s2.ContainerMachine.Name = "cp-1"
-	l := &Launch{e.deps}
+	l := e.deps.launch()
 	e.runtime.FailNext(fakeruntime.OpCreateMachine, errors.New("image not found, say"))
 	res, err := l.Reconcile(ctx, s2)
 	if err != nil || res.RequeueAfter == 0 {
@@ -339,7 +429,7 @@ func TestLaunchWaitsForHostCapacity(t *testing.T) {
 	e.deps.HostCapacity = host
 	s := e.scope()
 	for range 2 {
-		res, err := (&Launch{e.deps}).Reconcile(ctx, s)
+		res, err := e.deps.launch().Reconcile(ctx, s)
 		if err != nil || res.RequeueAfter == 0 {
 			t.Fatalf("want a wait with a requeue, got %v %v", res, err)
 		}
@@ -360,7 +450,7 @@ func TestLaunchWaitsForHostCapacity(t *testing.T) {
 	// Waiting counts toward no timeout.
 	e.clock.Step(LaunchTimeout)
 	e.deps.HostCapacity = nil
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
@@ -375,8 +465,8 @@ func TestLaunchOnAnotherEngineIgnoresThisHostsCapacity(t *testing.T) {
 	host := &heldHost{}
 	e.deps.HostCapacity = host
 	s := e.scope()
-	s.Engine = "engine-b"
-	if _, err := (&Launch{e.deps}).Reconcile(ctx, s); err != nil {
+	e.onEngine(s, "engine-b", fakeruntime.New(nil))
+	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	wantCondition(t, s, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason)

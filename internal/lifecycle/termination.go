@@ -7,15 +7,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
-	"github.com/capct/cluster-api-provider-container/internal/engines"
-	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+	"github.com/capct/cluster-api-provider-container/internal/machineprovider"
 )
 
 // deletionPoll is how soon a deletion looks again for a container that is
@@ -36,10 +36,13 @@ const deletionPoll = time.Second
 // removes it as an orphan once its engine answers again. The load balancer
 // is waited for no longer (loadBalancerNotSynced).
 type Termination struct {
-	*Deps
-	// LoadBalancer rewrites the configuration of the load balancer in front
-	// of a control-plane machine's cluster; nil leaves it alone.
-	LoadBalancer *loadbalancer.LoadBalancer
+	// Provider deletes the container and takes a control-plane machine out
+	// of the load balancer.
+	Provider Provider
+	// Bootstraps forgets the machine's bootstrap.
+	Bootstraps *BootstrapRunner
+	Clock      clock.PassiveClock
+	Recorder   record.EventRecorder
 	// UnreachableEngineDeletionTimeout is how long a deletion waits for a
 	// ContainerEngine that does not answer; 0 means
 	// DefaultUnreachableEngineDeletionTimeout. The manager's own engine is
@@ -57,38 +60,23 @@ const DefaultUnreachableEngineDeletionTimeout = 5 * time.Minute
 func (t *Termination) Reconcile(ctx context.Context, s *MachineScope) (done bool, result ctrl.Result, err error) {
 	cm := s.ContainerMachine
 	t.Bootstraps.Forget(client.ObjectKeyFromObject(cm))
-	if s.IsControlPlane() && t.LoadBalancer != nil && s.ContainerCluster != nil && s.ContainerCluster.DeletionTimestamp.IsZero() {
-		if _, err := t.LoadBalancer.Sync(ctx, s.Cluster, s.ContainerCluster); err != nil {
-			if res, wait, err := t.loadBalancerNotSynced(s, err); wait {
-				return false, res, err
-			}
+	if err := t.Provider.LeaveLoadBalancer(ctx, &s.Claim); err != nil {
+		if res, wait, err := t.loadBalancerNotSynced(s, err); wait {
+			return false, res, err
 		}
 	}
-	name := s.ContainerName()
-	existing, err := s.Runtime.Inspect(ctx, name)
-	if container.IsUnreachable(err) && s.Engine != engines.Local {
+	deleted, err := t.Provider.Delete(ctx, &s.Claim)
+	s.Placement = deleted.Placement
+	switch {
+	case container.IsUnreachable(err) && !s.OnManagersEngine():
 		return t.engineAway(s, err)
-	}
-	if container.IsNotFound(err) {
+	case err != nil:
+		return false, ctrl.Result{}, err
+	case deleted.Gone:
 		// The other nodes' routes to its pod CIDRs go when the
 		// ContainerCluster controller sees the ContainerMachine go.
 		return true, ctrl.Result{}, nil
 	}
-	if err != nil {
-		return false, ctrl.Result{}, fmt.Errorf("failed to inspect container %s of ContainerMachine %s/%s: %w", name, cm.Namespace, cm.Name, err)
-	}
-	if !s.Owner().Owns(existing.Labels) {
-		// Another cluster's container with this name is not ours to delete.
-		return true, ctrl.Result{}, nil
-	}
-	err = s.Runtime.Delete(ctx, name, s.Owner())
-	if container.IsUnreachable(err) && s.Engine != engines.Local {
-		return t.engineAway(s, err)
-	}
-	if err != nil && !container.IsNotFound(err) {
-		return false, ctrl.Result{}, fmt.Errorf("failed to delete container %s of ContainerMachine %s/%s: %w", name, cm.Namespace, cm.Name, err)
-	}
-	t.Recorder.Eventf(cm, corev1.EventTypeNormal, "Deleted", "Deleted container %s", name)
 	// Confirm on the next pass rather than trusting the delete call.
 	return false, ctrl.Result{RequeueAfter: deletionPoll}, nil
 }
@@ -106,9 +94,8 @@ func (t *Termination) Reconcile(ctx context.Context, s *MachineScope) (done bool
 // balancer once it can, the machine gone.
 func (t *Termination) loadBalancerNotSynced(s *MachineScope, err error) (res ctrl.Result, wait bool, _ error) {
 	cm := s.ContainerMachine
-	var reloadErr *loadbalancer.ReloadError
-	permanent := errors.As(err, &reloadErr) || apierrors.IsNotFound(err) || container.IsNotFound(err)
-	if !permanent {
+	var permanent *machineprovider.PermanentError
+	if !errors.As(err, &permanent) {
 		now := t.Clock.Now()
 		left := t.deletionTimeLeft(cm, now)
 		switch {

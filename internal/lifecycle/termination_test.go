@@ -31,7 +31,7 @@ func (e *env) launched(mutate func(*MachineScope)) *MachineScope {
 	if mutate != nil {
 		mutate(s)
 	}
-	if _, err := (&Launch{e.deps}).Reconcile(context.Background(), s); err != nil {
+	if _, err := e.deps.launch().Reconcile(context.Background(), s); err != nil {
 		e.t.Fatal(err)
 	}
 	wantCondition(e.t, s, infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
@@ -70,7 +70,7 @@ func (e *env) exists(name string) bool {
 func TestTerminationDeletesTheContainerOnceConfirmed(t *testing.T) {
 	e := newEnv(t, cloudConfig)
 	s := e.launched(nil)
-	term := &Termination{Deps: e.deps}
+	term := e.deps.termination(nil, 0)
 	done, res, err := term.Reconcile(context.Background(), s)
 	if err != nil || done || res.RequeueAfter == 0 {
 		t.Fatalf("the first pass: done %v, %v, %v; want a requeue to confirm the deletion", done, res, err)
@@ -95,7 +95,7 @@ func TestTerminationLeavesAnotherOwnersContainer(t *testing.T) {
 	if err := e.runtime.Start(ctx, cpName, stranger); err != nil {
 		t.Fatal(err)
 	}
-	e.terminate(&Termination{Deps: e.deps}, e.scope())
+	e.terminate(e.deps.termination(nil, 0), e.scope())
 	if !e.exists(cpName) {
 		t.Fatal("the container of another cluster was deleted")
 	}
@@ -191,7 +191,7 @@ func TestTerminationDrainsAControlPlaneMachineFirst(t *testing.T) {
 	e.deleting()
 	signals := len(e.runtime.Signals())
 	e.runtime.FailNext(fakeruntime.OpDelete, errors.New("the engine failed the delete"))
-	term := &Termination{Deps: e.deps, LoadBalancer: e.lb}
+	term := e.deps.termination(e.lb, 0)
 	if _, _, err := term.Reconcile(context.Background(), e.s); err == nil || !strings.Contains(err.Error(), "the engine failed the delete") {
 		t.Fatalf("want the failed delete reported, got %v", err)
 	}
@@ -229,7 +229,7 @@ func TestTerminationLeavesTheLoadBalancerAlone(t *testing.T) {
 			e.deleting()
 			tc.mutate(e.s)
 			signals := len(e.runtime.Signals())
-			e.terminate(&Termination{Deps: e.deps, LoadBalancer: e.lb}, e.s)
+			e.terminate(e.deps.termination(e.lb, 0), e.s)
 			if e.exists(cpName) {
 				t.Fatal("the container was not deleted")
 			}
@@ -250,7 +250,7 @@ func TestTerminationGivesUpOnALostEngineAfterTheTimeout(t *testing.T) {
 	e := newEnv(t, cloudConfig)
 	s := e.launched(nil)
 	s.ContainerMachine.DeletionTimestamp = ptr.To(metav1.NewTime(e.clock.Now()))
-	term := &Termination{Deps: e.deps, UnreachableEngineDeletionTimeout: time.Minute}
+	term := e.deps.termination(nil, time.Minute)
 	lost := func() {
 		e.runtime.FailNext(fakeruntime.OpInspect, container.NewError("inspect", "container", cpName, container.KindUnreachable, errors.New("no route to host")))
 	}
@@ -261,7 +261,7 @@ func TestTerminationGivesUpOnALostEngineAfterTheTimeout(t *testing.T) {
 		t.Fatalf("on the manager's own engine: done %v, %v; want its error and no end", done, err)
 	}
 
-	s.Engine = "engine-b"
+	e.onEngine(s, "engine-b", e.runtime)
 	lost()
 	done, res, err := term.Reconcile(context.Background(), s)
 	if err != nil || done || res.RequeueAfter == 0 {
@@ -335,7 +335,7 @@ func TestTerminationGoesOnWhenTheLoadBalancerCannotBeSynced(t *testing.T) {
 			e.deleting()
 			// On the test's clock, which the timeout is judged by.
 			e.s.ContainerMachine.DeletionTimestamp = ptr.To(metav1.NewTime(e.clock.Now()))
-			term := &Termination{Deps: e.deps, LoadBalancer: e.lb, UnreachableEngineDeletionTimeout: time.Minute}
+			term := e.deps.termination(e.lb, time.Minute)
 			if tc.waits {
 				tc.breakIt(e)
 				done, res, err := term.Reconcile(context.Background(), e.s)

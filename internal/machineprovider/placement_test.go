@@ -1,4 +1,4 @@
-package lifecycle
+package machineprovider
 
 import (
 	"errors"
@@ -72,10 +72,10 @@ func TestPlaceMachine(t *testing.T) {
 				answers[e.Name] = !slices.Contains(tt.away, e.Name)
 			}
 			got, err := PlaceMachine(tt.cc, tt.failureDomain, tt.controlPlane, tt.perEngine, answers)
-			var unplaced *PlacementError
+			var unplaced *WaitError
 			switch {
 			case tt.wantReason != "" && !errors.As(err, &unplaced):
-				t.Fatalf("PlaceMachine() = %q, %v; want a PlacementError with reason %s", got, err, tt.wantReason)
+				t.Fatalf("PlaceMachine() = %q, %v; want a WaitError with reason %s", got, err, tt.wantReason)
 			case tt.wantReason != "" && unplaced.Reason != tt.wantReason:
 				t.Fatalf("PlaceMachine() reason = %s (%s), want %s", unplaced.Reason, unplaced.Message, tt.wantReason)
 			case tt.wantReason == "" && (err != nil || got != tt.want):

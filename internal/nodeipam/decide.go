@@ -30,8 +30,10 @@ type Decision struct {
 	// Message says the same for humans; it names objects and CIDRs, never
 	// secrets.
 	Message string
-	// Event, when set, is worth an event on the machine: a first
-	// allocation, or CIDRs adopted from the Node.
+	// Event, when set, is worth a Warning event on the machine: CIDRs the
+	// Node holds replace different ones recorded. What is decided in the
+	// normal course (a first allocation, CIDRs adopted from the Node) is
+	// the condition's message only.
 	Event *Event
 	// BadRecords are the cluster's records that could not be honoured. The
 	// Recorder returns each only the first time it sees it.
@@ -54,8 +56,6 @@ type Event struct {
 
 // Event reasons.
 const (
-	EventAllocated = "PodCIDRsAllocated"
-	EventAdopted   = "PodCIDRsAdopted"
 	EventBadRecord = "PodCIDRBadRecord"
 )
 
@@ -92,6 +92,7 @@ func Decide(cfg ipam.Config, machines []infrav1.ContainerMachine, nodes []corev1
 		return Decision{}, fmt.Errorf("failed to rebuild the pod CIDR allocator: %w", err)
 	}
 	d := Decision{BadRecords: bad}
+	adoptedFrom := ""
 
 	own := machineOwner(cm)
 	recorded, _ := ParsePodCIDRs(live.Annotations[infrav1.PodCIDRsAnnotation])
@@ -122,9 +123,8 @@ func Decide(cfg ipam.Config, machines []infrav1.ContainerMachine, nodes []corev1
 			d.Event = &Event{corev1.EventTypeWarning, infrav1.PodCIDRConflictReason, fmt.Sprintf(
 				"Node %s already holds pod CIDRs %s, not the allocated %s; adopting the Node's and releasing %s",
 				node.Name, FormatPodCIDRs(onNode), FormatPodCIDRs(recorded), FormatPodCIDRs(recorded))}
-		} else {
-			d.Event = &Event{corev1.EventTypeNormal, EventAdopted, fmt.Sprintf("Adopted pod CIDRs %s already set on Node %s", FormatPodCIDRs(onNode), node.Name)}
 		}
+		adoptedFrom = node.Name
 	case len(recorded) > 0 && !covers(held, recorded):
 		return wait(infrav1.PodCIDRConflictReason, "Pod CIDRs %s recorded on ContainerMachine %s cannot be kept: %s",
 			FormatPodCIDRs(recorded), klog.KObj(cm), recordErrors(bad, own))
@@ -139,11 +139,11 @@ func Decide(cfg ipam.Config, machines []infrav1.ContainerMachine, nodes []corev1
 			return Decision{}, fmt.Errorf("failed to allocate pod CIDRs for ContainerMachine %s: %w", klog.KObj(cm), err)
 		}
 		d.CIDRs = cidrs
-		if len(recorded) == 0 {
-			d.Event = &Event{corev1.EventTypeNormal, EventAllocated, "Allocated pod CIDRs " + FormatPodCIDRs(cidrs)}
-		}
 	}
 	d.Reason, d.Message, d.Usage = infrav1.SucceededReason, "Pod CIDRs "+FormatPodCIDRs(d.CIDRs), alloc.Usage()
+	if adoptedFrom != "" {
+		d.Message += ", adopted from Node " + adoptedFrom
+	}
 	return d, nil
 }
 

@@ -11,12 +11,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
+	"github.com/capct/cluster-api-provider-container/internal/machineprovider"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 )
@@ -45,9 +46,10 @@ func TestRegistrationAndNodeIPAMEachOwnTheirNodeFields(t *testing.T) {
 
 	cm := &infrav1.ContainerMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cp-0",
 		Labels: map[string]string{clusterv1.ClusterNameLabel: e.cluster.Name, clusterv1.MachineControlPlaneLabel: ""}}}
-	s := &lifecycle.MachineScope{Cluster: e.cluster, ContainerCluster: e.cc, ContainerMachine: cm}
+	s := &lifecycle.MachineScope{Claim: machineprovider.Claim{Cluster: e.cluster, ContainerCluster: e.cc, ContainerMachine: cm}}
 	cm.Spec.ProviderID = s.ProviderID()
-	cm.Status.Initialization.Provisioned = ptr.To(true)
+	// Its container runs: Registration looks for its Node.
+	s.Container = &container.Machine{Name: s.ContainerName(), State: container.StateRunning}
 	if err := e.mgmt.Create(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
@@ -58,13 +60,12 @@ func TestRegistrationAndNodeIPAMEachOwnTheirNodeFields(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = workload.Delete(context.Background(), kubelet) })
 
-	deps := &lifecycle.Deps{
-		Client: e.mgmt, Clock: clocktesting.NewFakePassiveClock(time.Unix(1700000000, 0)),
-		Recorder:       record.NewFakeRecorder(10),
-		WorkloadClient: func(context.Context, client.ObjectKey) (client.Client, error) { return workload, nil },
-		NodeIPAM:       nodeipam.NewRecorder(e.mgmt, e.mgmt),
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1700000000, 0))
+	workloadClient := func(context.Context, client.ObjectKey) (client.Client, error) { return workload, nil }
+	registration := &lifecycle.Registration{WorkloadClient: workloadClient, Clock: clk}
+	initialization := &lifecycle.Initialization{
+		WorkloadClient: workloadClient, NodeIPAM: nodeipam.NewRecorder(e.mgmt, e.mgmt), Clock: clk, Recorder: record.NewFakeRecorder(10),
 	}
-	registration, initialization := &lifecycle.Registration{Deps: deps}, &lifecycle.Initialization{Deps: deps}
 	pass := func() {
 		t.Helper()
 		if _, err := registration.Reconcile(ctx, s); err != nil {

@@ -27,6 +27,7 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/ipam"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
+	"github.com/capct/cluster-api-provider-container/internal/machineprovider"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 )
@@ -75,11 +76,11 @@ func newEnv(t *testing.T, podCIDRs []string, alloc infrav1.PodCIDRAllocation, wl
 // restart gives the env a new Recorder, as a restarted manager (or the
 // manager of the cluster clusterctl moved to) has.
 func (e *env) restart() {
-	e.init = &lifecycle.Initialization{Deps: &lifecycle.Deps{
-		Client: e.mgmt, Clock: clocktesting.NewFakePassiveClock(time.Unix(1700000000, 0)), Recorder: e.rec,
+	e.init = &lifecycle.Initialization{
+		Clock: clocktesting.NewFakePassiveClock(time.Unix(1700000000, 0)), Recorder: e.rec,
 		WorkloadClient: func(context.Context, client.ObjectKey) (client.Client, error) { return e.workload, nil },
 		NodeIPAM:       nodeipam.NewRecorder(e.mgmt, e.mgmt),
-	}}
+	}
 }
 
 // machine creates a ContainerMachine and its Node (with podCIDRs when
@@ -88,7 +89,7 @@ func (e *env) machine(name string, nodePodCIDRs ...string) *lifecycle.MachineSco
 	e.t.Helper()
 	cm := &infrav1.ContainerMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name,
 		Labels: map[string]string{clusterv1.ClusterNameLabel: e.cluster.Name}}}
-	s := &lifecycle.MachineScope{Cluster: e.cluster, ContainerCluster: e.cc, ContainerMachine: cm}
+	s := &lifecycle.MachineScope{Claim: machineprovider.Claim{Cluster: e.cluster, ContainerCluster: e.cc, ContainerMachine: cm}}
 	cm.Spec.ProviderID = s.ProviderID()
 	if err := e.mgmt.Create(e.ctx, cm); err != nil {
 		e.t.Fatal(err)
@@ -500,7 +501,7 @@ func TestBadRecordsAreReportedNotDuplicated(t *testing.T) {
 	// CIDR behind the user's back.
 	cm := &infrav1.ContainerMachine{}
 	_ = e.mgmt.Get(e.ctx, client.ObjectKey{Namespace: "ns", Name: "garbage"}, cm)
-	s := &lifecycle.MachineScope{Cluster: e.cluster, ContainerCluster: e.cc, ContainerMachine: cm, Node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "garbage"}}}
+	s := &lifecycle.MachineScope{Claim: machineprovider.Claim{Cluster: e.cluster, ContainerCluster: e.cc, ContainerMachine: cm}, Node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "garbage"}}}
 	if done, err := e.tryAssign(s); done || err != nil || cond(s).Reason != infrav1.PodCIDRConflictReason ||
 		!strings.Contains(cond(s).Message, "ContainerMachine/ns/dup") {
 		t.Fatalf("garbage: done=%v err=%v cond=%+v", done, err, cond(s))

@@ -123,7 +123,7 @@ func (r *Reconciler) reconcileLocalEngine(ctx context.Context, cc *infrav1.Conta
 // It returns the engines it found, and an *enginesNotReady for the first
 // problem, an engine that does not answer last: the others' problems are
 // what the user can fix, and with an engine away the cluster goes on, on
-// the rest (EngineUnreachable lets lifecycle.PlaceMachine place new
+// the rest (EngineUnreachable lets machineprovider.PlaceMachine place new
 // machines on the engines that answer). Other errors are the API's.
 func (r *Reconciler) checkEngines(ctx context.Context, cc *infrav1.ContainerCluster) (map[string]*infrav1.ContainerEngine, error) {
 	ns := &corev1.Namespace{}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,13 +15,13 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util"
+	capicontroller "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/labels/format"
 	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -40,6 +39,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/imagecopy"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+	"github.com/capct/cluster-api-provider-container/internal/machineprovider"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/policy"
 )
@@ -74,7 +74,7 @@ type Reconciler struct {
 	MachinePools bool
 	// HostCapacity holds launches while the container host's limits leave
 	// no room for another node; nil admits every launch.
-	HostCapacity lifecycle.HostCapacity
+	HostCapacity machineprovider.HostCapacity
 	// MaxConcurrentBootstraps bounds the bootstraps in flight on the host;
 	// 0 means no bound. Machines over it wait with Bootstrapped False,
 	// WaitingForBootstrapSlot.
@@ -91,17 +91,18 @@ type Reconciler struct {
 	// container behind (lifecycle.Termination); 0 means the default.
 	UnreachableEngineDeletionTimeout time.Duration
 
-	// APIReader counts a cluster's machines when placing one, uncached so
-	// that the last placement is seen; nil means mgr.GetAPIReader().
+	// APIReader counts a cluster's machines when placing one
+	// (machineprovider), uncached so that the last placement is seen; nil
+	// means mgr.GetAPIReader().
 	APIReader client.Reader
 
 	lifecycle   *lifecycle.Machine
 	termination *lifecycle.Termination
+	// controller receives the workload clusters' Node events (watchNodes).
+	controller capicontroller.Controller
 	// wakeups carries container events and finished bootstraps into the
 	// work queue.
 	wakeups chan event.GenericEvent
-	// placing makes placements one at a time (engineOf).
-	placing sync.Mutex
 }
 
 // SetupWithManager wires the controller; ctx bounds the background work it
@@ -123,29 +124,42 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	// Recorder is the core/v1 recorder, deprecated for the events.k8s.io
 	// one, whose Eventf takes other arguments and which needs other RBAC:
 	// moving every controller's events over is a change of its own.
-	deps := &lifecycle.Deps{
-		Client:         r.Client,
-		Engines:        r.Engines,
-		Clock:          r.Clock,
-		Recorder:       mgr.GetEventRecorderFor("containermachine-controller"), //nolint:staticcheck // SA1019, above
-		WorkloadClient: r.WorkloadClient,
-		Bootstraps:     lifecycle.NewBootstrapRunner(ctx, clock.RealClock{}, r.MaxConcurrentBootstraps, r.wake),
-		NodeIPAM:       r.NodeIPAM,
-		HostCapacity:   r.HostCapacity,
-		Images:         imagecopy.New(ctx, r.Engines, r.MaxImageCopySize, r.wake, nil),
-		Policy:         r.Policy,
+	provider := &machineprovider.Provider{
+		Client:       r.Client,
+		APIReader:    r.APIReader,
+		Engines:      r.Engines,
+		Images:       imagecopy.New(ctx, r.Engines, r.MaxImageCopySize, r.wake, nil),
+		HostCapacity: r.HostCapacity,
+		Policy:       r.Policy,
+		LoadBalancer: &loadbalancer.LoadBalancer{Client: r.Client, Engines: r.Engines},
 	}
-	r.lifecycle = lifecycle.NewMachine(deps)
-	r.termination = &lifecycle.Termination{
-		Deps:                             deps,
-		LoadBalancer:                     &loadbalancer.LoadBalancer{Client: r.Client, Engines: r.Engines},
+	nodeRecheck := time.Duration(0)
+	if r.ClusterCache != nil {
+		// Node events wake the machines (watchNodes); polling stays as a
+		// slow safety net.
+		nodeRecheck = nodeSafetyNet
+	}
+	config := lifecycle.Config{
+		Client:                           r.Client,
+		Provider:                         provider,
+		Clock:                            r.Clock,
+		Recorder:                         mgr.GetEventRecorderFor("containermachine-controller"), //nolint:staticcheck // SA1019, above
+		WorkloadClient:                   r.WorkloadClient,
+		Bootstraps:                       lifecycle.NewBootstrapRunner(ctx, clock.RealClock{}, r.MaxConcurrentBootstraps, r.wake),
+		NodeIPAM:                         r.NodeIPAM,
+		NodeRecheck:                      nodeRecheck,
 		UnreachableEngineDeletionTimeout: r.UnreachableEngineDeletionTimeout,
 	}
+	r.lifecycle = lifecycle.NewMachine(config)
+	r.termination = lifecycle.NewTermination(config)
 
 	log := ctrl.LoggerFrom(ctx)
 	clusterToMachines, err := util.ClusterToTypedObjectsMapper(r.Client, &infrav1.ContainerMachineList{}, mgr.GetScheme())
 	if err != nil {
 		return fmt.Errorf("failed to create the Cluster to ContainerMachines mapper: %w", err)
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &infrav1.ContainerMachine{}, containerNameField, containerNameOf); err != nil {
+		return fmt.Errorf("failed to index ContainerMachines by container name: %w", err)
 	}
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		r.pumpContainerEvents(ctx)
@@ -153,7 +167,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	})); err != nil {
 		return fmt.Errorf("failed to add the container event stream: %w", err)
 	}
-	b := ctrl.NewControllerManagedBy(mgr).
+	b := capicontroller.NewControllerManagedBy(mgr, log).
 		For(&infrav1.ContainerMachine{}).
 		WithOptions(options).
 		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
@@ -161,16 +175,21 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 			handler.EnqueueRequestsFromMapFunc(util.MachineToInfrastructureMapFunc(infrav1.GroupVersion.WithKind("ContainerMachine")))).
 		Watches(&clusterv1.Cluster{},
 			handler.EnqueueRequestsFromMapFunc(clusterToMachines),
-			builder.WithPredicates(predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), log))).
+			predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), log)).
 		WatchesRawSource(source.Channel(r.wakeups, &handler.EnqueueRequestForObject{}))
 	if r.MachinePools {
 		// A pool's machines wait for the bootstrap data the bootstrap
 		// provider writes to the MachinePool, usually after they exist.
 		b = b.Watches(&clusterv1.MachinePool{},
 			handler.EnqueueRequestsFromMapFunc(r.machinePoolToContainerMachines),
-			builder.WithPredicates(bootstrapDataChanged))
+			bootstrapDataChanged)
 	}
-	err = b.Complete(r)
+	if r.ClusterCache != nil {
+		// A workload cluster that is connected (again) gets its Node watch
+		// from its machines' next reconcile.
+		b = b.WatchesRawSource(r.ClusterCache.GetClusterSource("containermachine", clusterToMachines))
+	}
+	r.controller, err = b.Build(r)
 	if err != nil {
 		return fmt.Errorf("failed to set up the ContainerMachine controller: %w", err)
 	}
@@ -258,13 +277,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}()
 
 	s, err := r.scope(ctx, cluster, cm)
-	if res, waiting := r.waitForPlacement(cm, err); waiting {
-		return res, nil
-	} else if err != nil {
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if !cm.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, s)
+	}
+	if err := r.watchNodes(ctx, cluster); err != nil {
+		return ctrl.Result{}, err
 	}
 	return r.lifecycle.Reconcile(ctx, s)
 }
@@ -316,9 +336,10 @@ func (r *Reconciler) releaseWithoutCluster(ctx context.Context, cm *infrav1.Cont
 	return nil
 }
 
-// scope gathers what the phases need.
+// scope gathers the machine's objects. Where its container is, the
+// machine provider finds out (Launch and Termination ask it).
 func (r *Reconciler) scope(ctx context.Context, cluster *clusterv1.Cluster, cm *infrav1.ContainerMachine) (*lifecycle.MachineScope, error) {
-	s := &lifecycle.MachineScope{Cluster: cluster, ContainerMachine: cm}
+	s := &lifecycle.MachineScope{Claim: machineprovider.Claim{Cluster: cluster, ContainerMachine: cm}}
 	machine, err := util.GetOwnerMachine(ctx, r.Client, cm.ObjectMeta)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("failed to get the Machine of ContainerMachine %s: %w", klog.KObj(cm), err)
@@ -349,12 +370,6 @@ func (r *Reconciler) scope(ctx context.Context, cluster *clusterv1.Cluster, cm *
 		return nil, err
 	}
 	s.ContainerCluster = cc
-	if s.Engine, err = r.engineOf(ctx, s); err != nil {
-		return nil, err
-	}
-	if s.Runtime, err = r.Engines.Get(s.Engine); err != nil {
-		return nil, fmt.Errorf("failed to reach the engine of ContainerMachine %s: %w", klog.KObj(cm), err)
-	}
 	return s, nil
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
+	"github.com/capct/cluster-api-provider-container/internal/machineprovider"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 	"github.com/capct/cluster-api-provider-container/internal/podnetwork"
 )
@@ -76,7 +77,7 @@ func SetupProvider(ctx context.Context, mgr ctrl.Manager, rt container.Runtime, 
 // ProviderOptions are the optional parts of the provider's reconcilers.
 type ProviderOptions struct {
 	// HostCapacity holds launches while the host has no room.
-	HostCapacity lifecycle.HostCapacity
+	HostCapacity machineprovider.HostCapacity
 	// NodeIPAM turns CAPCT's node IPAM on, as the manager does: a
 	// nodeipam.Recorder on the API reader for the machines, and PodNetwork
 	// for the clusters.

@@ -24,7 +24,7 @@ import (
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/clusters"
 	"github.com/capct/cluster-api-provider-container/internal/diagnostics"
-	"github.com/capct/cluster-api-provider-container/internal/lifecycle"
+	"github.com/capct/cluster-api-provider-container/internal/machineprovider"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
@@ -139,7 +139,7 @@ func (r *Reconciler) nodeLogs(ctx context.Context, s *scope, m member) diagnosti
 	if err != nil || cc == nil {
 		return diagnostics.NodeLogs{Notes: []string{fmt.Sprintf("the ContainerCluster of Cluster %s could not be read: %v", s.cluster.Name, err)}}
 	}
-	engine, placed, err := lifecycle.RecordedEngine(m.cm, cc)
+	engine, placed, err := machineprovider.RecordedEngine(m.cm, cc)
 	if err != nil || !placed {
 		return diagnostics.NodeLogs{Notes: []string{fmt.Sprintf("the machine has no container on any engine (%v)", err)}}
 	}
