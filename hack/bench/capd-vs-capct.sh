@@ -36,7 +36,8 @@
 #
 # Results: out/bench/results.json (every phase, medians, ratios) and a table
 # on stderr. Environment: ROUNDS (3), N (10), STEADY_SECONDS (300),
-# SETTLE_SECONDS (15), BENCH_TIMEOUT (seconds per phase, 900). With the
+# SETTLE_SECONDS (15), BENCH_TIMEOUT (seconds per phase, 900), FIRST (the
+# provider that goes first in odd rounds: capct or capd). With the
 # argument "results" it only recomputes the results of the last run (its
 # management cluster must still be up, for the audit log).
 # Run it under the Docker lock: flock /tmp/capct-docker.lock make bench-capd.
@@ -50,6 +51,10 @@ export LOG_NAME=bench
 source "$root/hack/quickstart/lib.sh"
 
 rounds=${ROUNDS:-3}
+# FIRST names the provider that goes first in odd rounds (capct), so that
+# either provider's cluster can be the first after the managers start.
+first=${FIRST:-capct}
+[[ $first == capct || $first == capd ]] || die "FIRST must be capct or capd, not $first"
 replicas=${N:-10}
 steady=${STEADY_SECONDS:-300}
 settle=${SETTLE_SECONDS:-15}
@@ -212,6 +217,10 @@ up() {
   record "$(jq -n --arg p "$provider" --argjson r "$round" --argjson s "$start" --argjson m "$running" --argjson n "$ready" \
     '{provider: $p, round: $r, phase: "create", start: $s, running: ($m - $s), ready: ($n - $s)}')"
   log "$provider round $round: 3 Machines Running in $(jq -n "$running - $start | . * 10 | round / 10")s, 3 Nodes Ready in $(jq -n "$ready - $start | . * 10 | round / 10")s"
+  # Where the creation's time went: the objects' conditions (their
+  # transition times), from the apply at $start.
+  kmgmt get cluster,kubeadmcontrolplane,machines,containermachines,dockermachines,containercluster,dockercluster -n default \
+    -l "cluster.x-k8s.io/cluster-name=$name" -o json | jq --argjson s "$start" '. + {start: $s}' >"$QS_OUT/$name-create.json" || true
   base_containers[$name]=$(container_names "$provider" "$name")
 
   start=$(now)
@@ -507,7 +516,9 @@ providers_available
 : >"$phases"
 manager_usage reset >"$QS_OUT/usage-start.json"
 for round in $(seq "$rounds"); do
-  if ((round % 2 == 1)); then order=(capct capd); else order=(capd capct); fi
+  second=capd
+  [[ $first == capct ]] || second=capct
+  if ((round % 2 == 1)); then order=("$first" "$second"); else order=("$second" "$first"); fi
   for provider in "${order[@]}"; do
     up "$provider" "$round"
     ((round < rounds)) || steady "$provider" "$round"
