@@ -26,4 +26,4 @@ lb-image: ## Build the load-balancer image capct/haproxy:<haproxy version>, offl
 
 test-node-image: node-image lb-image ## Boot a cluster of node images behind the LB image, with the configurations CAPCT renders (needs Docker)
 	cd $(IMAGES_ROOT) && NODE_IMAGE=$(NODE_IMAGE) LB_IMAGE=$(LB_IMAGE) \
-		go test ./test/nodeimage/... -count=1 -v -timeout $(NODE_IMAGE_TEST_TIMEOUT)
+		go test -tags=engine ./test/nodeimage/... -count=1 -v -timeout $(NODE_IMAGE_TEST_TIMEOUT)

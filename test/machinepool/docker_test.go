@@ -1,3 +1,5 @@
+//go:build engine
+
 // Package machinepool_test scales a ContainerMachinePool on the real Docker
 // engine, with Cluster API's MachinePool, Machine and Cluster controllers
 // creating and deleting the Machines as they do in a management cluster.

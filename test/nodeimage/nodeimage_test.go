@@ -1,3 +1,5 @@
+//go:build engine
+
 // Package nodeimage tests the offline node and load-balancer images that
 // images/node and images/haproxy build (docs/node-image.md) with the
 // configurations CAPCT gives real clusters (rendered_test.go says where each

@@ -1,3 +1,5 @@
+//go:build engine
+
 package docker_test
 
 import (

@@ -1,3 +1,5 @@
+//go:build engine
+
 package containercluster_test
 
 import (
@@ -6,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,11 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
@@ -31,25 +30,22 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 	"github.com/capct/cluster-api-provider-container/internal/test/capi"
-	"github.com/capct/cluster-api-provider-container/internal/test/envtest"
 	"github.com/capct/cluster-api-provider-container/internal/test/images"
 )
 
-// This suite runs CAPCT's controllers against a real Docker engine and a
-// real API server, with Cluster API's Cluster and Machine controllers in
-// the same process. Machines use a small busybox image, so bootstrap data
-// runs for real but no kubelet starts; the node-image tests boot kubelets.
+// With the engine build tag the suite (main_test.go) runs CAPCT's
+// controllers against a real Docker engine and a real API server, with
+// Cluster API's Cluster and Machine controllers in the same process.
+// Machines use a small busybox image, so bootstrap data runs for real but
+// no kubelet starts; the node-image tests boot kubelets.
 var (
-	env       *envtest.Environment
 	rt        *docker.Runtime
 	nodeImage string
 	lbImage   string
 )
 
-func TestMain(m *testing.M) {
-	ctrl.SetLogger(klog.Background())
-	os.Exit(envtest.Run(m, func(ctx context.Context, e *envtest.Environment) error {
-		env = e
+func init() {
+	setupEngine = func(ctx context.Context) error {
 		d, err := images.NewDocker(ctx)
 		if err != nil {
 			return err
@@ -60,7 +56,8 @@ func TestMain(m *testing.M) {
 			return err
 		}
 		return capi.SetupProvider(ctx, env.Manager, rt, clusterCache, nil)
-	}, func() { dockertest.RemoveClusters(context.Background(), rt, testClusters) }))
+	}
+	afterEngine = func() { dockertest.RemoveClusters(context.Background(), rt, testClusters) }
 }
 
 // testClusters are the clusters the tests made, for the final sweep.
