@@ -9,6 +9,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	ign3 "github.com/coreos/ignition/v2/config/v3_5/types"
+	ign2 "github.com/flatcar/ignition/config/v2_3/types"
 )
 
 // kubeadmScriptPath is where CABPK's Ignition output puts the script that
@@ -18,38 +21,14 @@ const kubeadmScriptPath = "/etc/kubeadm.sh"
 // systemdUnitDir is where Ignition writes systemd units.
 const systemdUnitDir = "/etc/systemd/system"
 
-type ignResource struct {
-	Source      *string `json:"source"`
-	Compression *string `json:"compression"`
-}
-
-type ignNode struct {
-	ID   *int64 `json:"id"`
-	Name string `json:"name"`
-}
-
-type ignFile struct {
-	Path     *string         `json:"path"`
-	Contents *ignResource    `json:"contents"`
-	Append   json.RawMessage `json:"append"` // 2.x: bool; 3.x: list of resources
-	Mode     *int64          `json:"mode"`
-	User     *ignNode        `json:"user"`
-	Group    *ignNode        `json:"group"`
-}
-
-type ignDropin struct {
-	Name     string  `json:"name"`
-	Contents *string `json:"contents"`
-}
-
-type ignUnit struct {
-	Name     string      `json:"name"`
-	Contents *string     `json:"contents"`
-	Enabled  *bool       `json:"enabled"`
-	Enable   bool        `json:"enable"` // 2.x, deprecated form of enabled
-	Mask     bool        `json:"mask"`
-	Dropins  []ignDropin `json:"dropins"`
-}
+// The files and units are decoded into the Ignition project's own types:
+// spec 3.x into github.com/coreos/ignition/v2's 3.5 types (every 3.x spec
+// is a subset of 3.5's fields), spec 2.x into Flatcar's Ignition 2.3 types,
+// the ones CABPK builds its output with. Only encoding/json runs on the data:
+// Ignition's own parsers also validate the whole document, and on hostile
+// data within MaxDataSize (150,000 duplicate files, a million-element array
+// under an unknown key) they took 2 to over 50 seconds and allocated up to
+// 5 GiB, in a manager that parses every Machine's data.
 
 // planIgnition turns an Ignition config (spec 2.x or 3.x) into steps: the
 // files, then the systemd units and dropins, `systemctl daemon-reload`, and
@@ -59,6 +38,8 @@ func planIgnition(data []byte) (Result, error) {
 	if len(trimmed) == 0 {
 		return Result{}, errors.New("empty")
 	}
+	// The raw sections name what is ignored, including keys unknown to
+	// Ignition's types, which decoding into them would drop silently.
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(trimmed, &top); err != nil || top == nil {
 		return Result{}, errors.New("not a JSON object")
@@ -114,12 +95,29 @@ func ignitionVersion(top map[string]json.RawMessage) (meta map[string]json.RawMe
 	return meta, major == "2", nil
 }
 
+// ignitionFile is what CAPCT acts on of one storage.files entry, whichever
+// spec it came in.
+type ignitionFile struct {
+	path   string
+	mode   *int
+	owner  string
+	writes []ignitionWrite
+}
+
+// ignitionWrite is one write of a file: a resource whose contents replace
+// the file, or are appended to it.
+type ignitionWrite struct {
+	source, compression string
+	append              bool
+}
+
 // ignitionFiles turns storage.files (raw, null when absent) into the steps
 // writing them, within one budget of decoded content.
 func ignitionFiles(raw json.RawMessage, v2 bool) ([]Step, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
+	// Entry by entry, so that errors name the entry's index.
 	var files []json.RawMessage
 	if err := json.Unmarshal(raw, &files); err != nil {
 		return nil, errors.New("storage.files: not a list")
@@ -127,7 +125,11 @@ func ignitionFiles(raw json.RawMessage, v2 bool) ([]Step, error) {
 	var out []Step
 	var budget decodedBudget
 	for i, raw := range files {
-		steps, err := ignitionFile(raw, v2)
+		f, err := decodeIgnitionFile(raw, v2)
+		if err != nil {
+			return nil, fmt.Errorf("storage.files[%d]: %w", i, err)
+		}
+		steps, err := f.steps()
 		if err != nil {
 			return nil, fmt.Errorf("storage.files[%d]: %w", i, err)
 		}
@@ -141,6 +143,102 @@ func ignitionFiles(raw json.RawMessage, v2 bool) ([]Step, error) {
 	return out, nil
 }
 
+// decodeIgnitionFile decodes one storage.files entry with the types of its
+// spec.
+func decodeIgnitionFile(raw json.RawMessage, v2 bool) (ignitionFile, error) {
+	if v2 {
+		var f ign2.File
+		if err := json.Unmarshal(raw, &f); err != nil {
+			return ignitionFile{}, jsonFieldError(err, "2.x")
+		}
+		return fileFromV2(f), nil
+	}
+	var f ign3.File
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return ignitionFile{}, jsonFieldError(err, "3.x")
+	}
+	return fileFromV3(f), nil
+}
+
+// fileFromV2: in spec 2.x the contents are appended when append is true.
+func fileFromV2(f ign2.File) ignitionFile {
+	var user, group string
+	if f.User != nil {
+		user = ownerName(&f.User.Name, f.User.ID)
+	}
+	if f.Group != nil {
+		group = ownerName(&f.Group.Name, f.Group.ID)
+	}
+	return ignitionFile{
+		path:   f.Path,
+		mode:   f.Mode,
+		owner:  ownerPair(user, group),
+		writes: []ignitionWrite{{source: f.Contents.Source, compression: f.Contents.Compression, append: f.Append}},
+	}
+}
+
+// fileFromV3: in spec 3.x a contents source (or, when there is nothing to
+// append, empty contents) replaces the file, then each append resource is
+// appended, as Ignition does.
+func fileFromV3(f ign3.File) ignitionFile {
+	out := ignitionFile{
+		path:  f.Path,
+		mode:  f.Mode,
+		owner: ownerPair(ownerName(f.User.Name, f.User.ID), ownerName(f.Group.Name, f.Group.ID)),
+	}
+	if f.Contents.Source != nil || len(f.Append) == 0 {
+		out.writes = append(out.writes, ignitionWrite{source: deref(f.Contents.Source), compression: deref(f.Contents.Compression)})
+	}
+	for _, a := range f.Append {
+		out.writes = append(out.writes, ignitionWrite{source: deref(a.Source), compression: deref(a.Compression), append: true})
+	}
+	return out
+}
+
+// steps returns the steps writing f, its contents decoded.
+func (f ignitionFile) steps() ([]Step, error) {
+	if f.path == "" {
+		return nil, errors.New("no path")
+	}
+	p, err := cleanPath(f.path)
+	if err != nil {
+		return nil, err
+	}
+	mode := DefaultFileMode
+	if f.mode != nil {
+		m := int64(*f.mode)
+		if mode, err = unixMode(m, "0"+strconv.FormatInt(m, 8)); err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	steps := make([]Step, 0, len(f.writes))
+	for _, w := range f.writes {
+		content, err := ignitionContent(w.source, w.compression)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if p == kubeadmScriptPath {
+			content = []byte(adaptKubeadmScript(string(content)))
+		}
+		steps = append(steps, Step{File: &File{Path: p, Content: content, Mode: mode, Owner: f.owner, Append: w.append}})
+	}
+	return steps, nil
+}
+
+// ignitionUnit is what CAPCT acts on of one systemd.units entry, whichever
+// spec it came in.
+type ignitionUnit struct {
+	name            string
+	contents        string // the unit is written when not empty, as in Ignition
+	dropins         []ignitionDropin
+	enabled, masked bool
+}
+
+type ignitionDropin struct {
+	name     string
+	contents *string // nil: not written
+}
+
 // ignitionUnits turns systemd.units (raw, null when absent) into the steps
 // writing the units and their dropins, reloading systemd after any was
 // written, and enabling the enabled ones; masking is ignored, and said so.
@@ -148,9 +246,9 @@ func ignitionUnits(raw json.RawMessage, v2 bool) (steps []Step, ignored []string
 	if isNull(raw) {
 		return nil, nil, nil
 	}
-	var units []ignUnit
-	if err := json.Unmarshal(raw, &units); err != nil {
-		return nil, nil, fmt.Errorf("systemd.units: %w", jsonFieldError(err))
+	units, err := decodeIgnitionUnits(raw, v2)
+	if err != nil {
+		return nil, nil, fmt.Errorf("systemd.units: %w", err)
 	}
 	var enable []string
 	written, masked := false, false
@@ -161,11 +259,9 @@ func ignitionUnits(raw json.RawMessage, v2 bool) (steps []Step, ignored []string
 		}
 		steps = append(steps, files...)
 		written = written || len(files) > 0
-		if u.Mask {
-			masked = true
-		}
-		if (u.Enabled != nil && *u.Enabled) || (u.Enable && v2) {
-			enable = append(enable, u.Name)
+		masked = masked || u.masked
+		if u.enabled {
+			enable = append(enable, u.name)
 		}
 	}
 	if masked {
@@ -180,27 +276,69 @@ func ignitionUnits(raw json.RawMessage, v2 bool) (steps []Step, ignored []string
 	return steps, ignored, nil
 }
 
+// decodeIgnitionUnits decodes systemd.units with the types of its spec.
+func decodeIgnitionUnits(raw json.RawMessage, v2 bool) ([]ignitionUnit, error) {
+	var out []ignitionUnit
+	if v2 {
+		var units []ign2.Unit
+		if err := json.Unmarshal(raw, &units); err != nil {
+			return nil, jsonFieldError(err, "2.x")
+		}
+		for _, u := range units {
+			dropins := make([]ignitionDropin, 0, len(u.Dropins))
+			for _, d := range u.Dropins {
+				// Spec 2.x types cannot tell empty contents from none;
+				// Ignition 2.x writes neither.
+				var contents *string
+				if d.Contents != "" {
+					contents = &d.Contents
+				}
+				dropins = append(dropins, ignitionDropin{name: d.Name, contents: contents})
+			}
+			// enable is 2.x's deprecated form of enabled.
+			enabled := (u.Enabled != nil && *u.Enabled) || u.Enable
+			out = append(out, ignitionUnit{name: u.Name, contents: u.Contents, dropins: dropins, enabled: enabled, masked: u.Mask})
+		}
+		return out, nil
+	}
+	var units []ign3.Unit
+	if err := json.Unmarshal(raw, &units); err != nil {
+		return nil, jsonFieldError(err, "3.x")
+	}
+	for _, u := range units {
+		dropins := make([]ignitionDropin, 0, len(u.Dropins))
+		for _, d := range u.Dropins {
+			dropins = append(dropins, ignitionDropin{name: d.Name, contents: d.Contents})
+		}
+		out = append(out, ignitionUnit{
+			name: u.Name, contents: deref(u.Contents), dropins: dropins,
+			enabled: u.Enabled != nil && *u.Enabled, masked: u.Mask != nil && *u.Mask,
+		})
+	}
+	return out, nil
+}
+
 // ignitionUnitFiles returns the steps writing the unit u, systemd.units[i],
-// and those of its dropins that have contents.
-func ignitionUnitFiles(i int, u ignUnit) ([]Step, error) {
+// if it has contents, and those of its dropins that have contents.
+func ignitionUnitFiles(i int, u ignitionUnit) ([]Step, error) {
 	var steps []Step
-	if err := checkUnitName(u.Name); err != nil {
+	if err := checkUnitName(u.name); err != nil {
 		return nil, fmt.Errorf("systemd.units[%d]: %w", i, err)
 	}
-	if u.Contents != nil {
+	if u.contents != "" {
 		steps = append(steps, Step{File: &File{
-			Path: systemdUnitDir + "/" + u.Name, Content: []byte(*u.Contents), Mode: DefaultFileMode,
+			Path: systemdUnitDir + "/" + u.name, Content: []byte(u.contents), Mode: DefaultFileMode,
 		}})
 	}
-	for j, d := range u.Dropins {
-		if err := checkUnitName(d.Name); err != nil {
+	for j, d := range u.dropins {
+		if err := checkUnitName(d.name); err != nil {
 			return nil, fmt.Errorf("systemd.units[%d].dropins[%d]: %w", i, j, err)
 		}
-		if d.Contents == nil {
+		if d.contents == nil {
 			continue
 		}
 		steps = append(steps, Step{File: &File{
-			Path: systemdUnitDir + "/" + u.Name + ".d/" + d.Name, Content: []byte(*d.Contents), Mode: DefaultFileMode,
+			Path: systemdUnitDir + "/" + u.name + ".d/" + d.name, Content: []byte(*d.contents), Mode: DefaultFileMode,
 		}})
 	}
 	return steps, nil
@@ -265,143 +403,81 @@ func checkUnitName(name string) error {
 	return nil
 }
 
-// jsonFieldError turns a JSON decoding error into a short message naming the
-// field.
-func jsonFieldError(err error) error {
+// jsonFieldError turns an error decoding into Ignition's types of spec into
+// a short message naming the field by its JSON keys.
+func jsonFieldError(err error, spec string) error {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) && typeErr.Field != "" {
-		return fmt.Errorf("%s: wrong type (%s)", typeErr.Field, typeErr.Value)
+		return fmt.Errorf("%s: wrong type (%s) for spec %s", jsonKeys(typeErr.Field), typeErr.Value, spec)
 	}
-	return errors.New("wrong type")
+	return fmt.Errorf("wrong type for spec %s", spec)
 }
 
-func ignitionFile(raw json.RawMessage, v2 bool) ([]Step, error) {
-	var f ignFile
-	if err := json.Unmarshal(raw, &f); err != nil {
-		return nil, jsonFieldError(err)
-	}
-	if f.Path == nil {
-		return nil, errors.New("no path")
-	}
-	p, err := cleanPath(*f.Path)
-	if err != nil {
-		return nil, err
-	}
-	mode := DefaultFileMode
-	if f.Mode != nil {
-		if mode, err = unixMode(*f.Mode, "0"+strconv.FormatInt(*f.Mode, 8)); err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
+// jsonKeys drops from the dotted path of a decoding error the Go names of
+// the structs Ignition's types embed (Node, FileEmbedded1): every key of
+// Ignition's JSON starts with a lower-case letter.
+func jsonKeys(field string) string {
+	parts := strings.Split(field, ".")
+	keys := parts[:0]
+	for _, p := range parts {
+		if p != "" && p[0] >= 'A' && p[0] <= 'Z' {
+			continue
 		}
+		keys = append(keys, p)
 	}
-	owner := ignitionOwner(f.User, f.Group)
-	pieces, err := ignitionPieces(f, v2)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", p, err)
-	}
-
-	steps := make([]Step, 0, len(pieces))
-	for _, pc := range pieces {
-		content, err := ignitionContent(pc.res)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
-		}
-		if p == kubeadmScriptPath {
-			content = []byte(adaptKubeadmScript(string(content)))
-		}
-		steps = append(steps, Step{File: &File{Path: p, Content: content, Mode: mode, Owner: owner, Append: pc.append}})
-	}
-	return steps, nil
+	return strings.Join(keys, ".")
 }
 
-// ignPiece is one write of a file: its contents replace the file, or are
-// appended to it.
-type ignPiece struct {
-	res    ignResource
-	append bool
+// ownerName is a user or group by name, else by id; "" when neither.
+func ownerName(name *string, id *int) string {
+	switch {
+	case name != nil && *name != "":
+		return *name
+	case id != nil:
+		return strconv.Itoa(*id)
+	}
+	return ""
 }
 
-// ignitionPieces returns what to write to the file f: in 3.x the contents
-// (if given, or if there is nothing to append) replace the file, then each
-// append resource is appended; in 2.x the contents are appended when
-// append is true.
-func ignitionPieces(f ignFile, v2 bool) ([]ignPiece, error) {
-	var contents ignResource
-	if f.Contents != nil {
-		contents = *f.Contents
-	}
-	if v2 {
-		appendMode := false
-		if !isNull(f.Append) {
-			if err := json.Unmarshal(f.Append, &appendMode); err != nil {
-				return nil, errors.New("append is not a boolean (spec 2.x)")
-			}
-		}
-		return []ignPiece{{contents, appendMode}}, nil
-	}
-	var appends []ignResource
-	if !isNull(f.Append) {
-		if err := json.Unmarshal(f.Append, &appends); err != nil {
-			return nil, errors.New("append is not a list of resources (spec 3.x)")
-		}
-	}
-	var pieces []ignPiece
-	if f.Contents != nil || len(appends) == 0 {
-		pieces = append(pieces, ignPiece{contents, false})
-	}
-	for _, a := range appends {
-		pieces = append(pieces, ignPiece{a, true})
-	}
-	return pieces, nil
-}
-
-// ignitionOwner renders Ignition's user and group as "user:group"; a missing
+// ownerPair renders Ignition's user and group as "user:group"; a missing
 // half is root, as in Ignition; "" when neither is given.
-func ignitionOwner(user, group *ignNode) string {
-	name := func(n *ignNode) string {
-		switch {
-		case n == nil:
-			return ""
-		case n.Name != "":
-			return n.Name
-		case n.ID != nil:
-			return strconv.FormatInt(*n.ID, 10)
-		}
+func ownerPair(user, group string) string {
+	if user == "" && group == "" {
 		return ""
 	}
-	u, g := name(user), name(group)
-	if u == "" && g == "" {
+	if user == "" {
+		user = "root"
+	}
+	if group == "" {
+		group = "root"
+	}
+	return user + ":" + group
+}
+
+func deref(s *string) string {
+	if s == nil {
 		return ""
 	}
-	if u == "" {
-		u = "root"
-	}
-	if g == "" {
-		g = "root"
-	}
-	return u + ":" + g
+	return *s
 }
 
 // ignitionContent fetches a resource: only data URLs are supported, as the
 // executor has no network access on the node's behalf.
-func ignitionContent(res ignResource) ([]byte, error) {
+func ignitionContent(source, compression string) ([]byte, error) {
 	var content []byte
-	if res.Source != nil && *res.Source != "" {
+	if source != "" {
 		var err error
-		if content, err = decodeDataURL(strings.TrimLeft(*res.Source, " \t\r\n")); err != nil {
+		if content, err = decodeDataURL(strings.TrimLeft(source, " \t\r\n")); err != nil {
 			return nil, err
 		}
 	}
-	comp := ""
-	if res.Compression != nil {
-		comp = *res.Compression
-	}
-	switch comp {
+	switch compression {
 	case "":
 		return content, nil
 	case "gzip":
 		return gunzip(content)
 	}
-	return nil, fmt.Errorf("unsupported compression %q", comp)
+	return nil, fmt.Errorf("unsupported compression %q", compression)
 }
 
 // decodeDataURL decodes an RFC 2397 data URL:

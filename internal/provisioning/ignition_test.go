@@ -158,3 +158,57 @@ func TestIgnitionKubeadmScriptMergesFlag(t *testing.T) {
 		t.Errorf("other script changed to %q", got)
 	}
 }
+
+// TestIgnitionAsIgnitionDoes: what Ignition's own types and semantics
+// decide. A unit with empty contents is not written (spec 2.x's types
+// cannot tell empty from absent, nor can a 2.x dropin's); in 3.x, a file
+// whose contents have no source is only appended to.
+func TestIgnitionAsIgnitionDoes(t *testing.T) {
+	enable := cmd("run systemctl enable --now a.service", "systemctl", "enable", "--now", "a.service")
+	reload := cmd("run systemctl daemon-reload", "systemctl", "daemon-reload")
+	for _, tc := range []struct {
+		name string
+		data string
+		want []Step
+	}{
+		{"3.x unit with empty contents", `{"ignition":{"version":"3.4.0"},"systemd":{"units":[{"name":"a.service","contents":"","enabled":true}]}}`,
+			[]Step{enable}},
+		{"2.x unit with empty contents", `{"ignition":{"version":"2.3.0"},"systemd":{"units":[{"name":"a.service","contents":"","enable":true}]}}`,
+			[]Step{enable}},
+		{"3.x empty dropin", `{"ignition":{"version":"3.4.0"},"systemd":{"units":[{"name":"a.service","dropins":[{"name":"x.conf","contents":""},{"name":"y.conf"}]}]}}`,
+			[]Step{file("/etc/systemd/system/a.service.d/x.conf", "", 0o644, "", false), reload}},
+		{"2.x empty dropin", `{"ignition":{"version":"2.3.0"},"systemd":{"units":[{"name":"a.service","dropins":[{"name":"x.conf","contents":""}]}]}}`,
+			nil},
+		{"3.x contents without a source", `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/a","contents":{"compression":"gzip"},"append":[{"source":"data:,x"}]}]}}`,
+			[]Step{file("/a", "x", 0o644, "", true)}},
+		{"2.x owner by id and name", `{"ignition":{"version":"2.3.0"},"storage":{"files":[{"filesystem":"root","path":"/a","user":{"id":7},"group":{"name":"g","id":8}}]}}`,
+			[]Step{file("/a", "", 0o644, "7:g", false)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			steps, err := Plan(FormatIgnition, []byte(tc.data), Vars{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range steps {
+				if s.File != nil && len(s.File.Content) == 0 {
+					s.File.Content = []byte{}
+				}
+			}
+			assertSteps(t, steps, tc.want)
+		})
+	}
+}
+
+func TestJSONKeys(t *testing.T) {
+	for _, tc := range []struct{ field, want string }{
+		{"FileEmbedded1.mode", "mode"},
+		{"Node.user.id", "user.id"},
+		{"FileEmbedded1.contents.source", "contents.source"},
+		{"dropins.name", "dropins.name"},
+		{"", ""},
+	} {
+		if got := jsonKeys(tc.field); got != tc.want {
+			t.Errorf("jsonKeys(%q) = %q, want %q", tc.field, got, tc.want)
+		}
+	}
+}

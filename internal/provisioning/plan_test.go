@@ -485,7 +485,15 @@ func TestErrors(t *testing.T) {
 		{"ignition bad mode", FormatIgnition, `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/a","mode":"0644"}]}}`, Vars{}, ErrMalformed, "storage.files[0]: mode: wrong type"},
 		{"ignition mode out of range", FormatIgnition, `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/a","mode":-1}]}}`, Vars{}, ErrMalformed, "out of range"},
 		{"ignition unit path traversal", FormatIgnition, `{"ignition":{"version":"3.4.0"},"systemd":{"units":[{"name":"../../etc/passwd","contents":"x"}]}}`, Vars{}, ErrMalformed, "invalid name"},
-		{"ignition v3 append bool", FormatIgnition, `{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"/a","append":true}]}}`, Vars{}, ErrMalformed, "spec 3.x"},
+		{"ignition v3 append bool", FormatIgnition, `{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"/a","append":true}]}}`, Vars{}, ErrMalformed,
+			"storage.files[0]: append: wrong type (bool) for spec 3.x"},
+		{"ignition v2 append list", FormatIgnition, `{"ignition":{"version":"2.3.0"},"storage":{"files":[{"path":"/a","append":[]}]}}`, Vars{}, ErrMalformed,
+			"storage.files[0]: append: wrong type (array) for spec 2.x"},
+		{"ignition user id a string", FormatIgnition, `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/a","user":{"id":"0"}}]}}`, Vars{}, ErrMalformed,
+			"storage.files[0]: user.id: wrong type (string) for spec 3.x"},
+		{"ignition dropin name a number", FormatIgnition, `{"ignition":{"version":"3.4.0"},"systemd":{"units":[{"name":"a.service","dropins":[{"name":1}]}]}}`, Vars{}, ErrMalformed,
+			"systemd.units: dropins.name: wrong type (number) for spec 3.x"},
+		{"ignition no path", FormatIgnition, `{"ignition":{"version":"2.3.0"},"storage":{"files":[{"filesystem":"root"}]}}`, Vars{}, ErrMalformed, "storage.files[0]: no path"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			steps, err := Plan(tc.format, []byte(tc.data), tc.vars)
