@@ -34,10 +34,12 @@
 # without its leader-election lease renewals. From the managers' cgroups in
 # the management node: CPU seconds and peak memory over the whole run.
 #
-# Results: out/bench/results.json (every phase, medians, ratios) and a table
-# on stderr. Environment: ROUNDS (3), N (10), STEADY_SECONDS (300),
-# SETTLE_SECONDS (15), BENCH_TIMEOUT (seconds per phase, 900), FIRST (the
-# provider that goes first in odd rounds: capct or capd). With the
+# Results: out/bench/results.json (every phase, medians, ratios, writes by
+# kind), a table on stderr, each phase's polls (out/bench/*-series.tsv) and
+# the charts drawn from them into docs/bench (hack/bench/chart).
+# Environment: ROUNDS (3), N (10), STEADY_SECONDS (300), SETTLE_SECONDS
+# (15), BENCH_TIMEOUT (seconds per phase, 900), FIRST (the provider that
+# goes first in odd rounds: capct or capd). With the
 # argument "results" it only recomputes the results of the last run (its
 # management cluster must still be up, for the audit log).
 # Run it under the Docker lock: flock /tmp/capct-docker.lock make bench-capd.
@@ -137,18 +139,40 @@ fetch_kubeconfig() {
     { rm -f "$QS_OUT/$1.kubeconfig"; return 1; }
 }
 
-# await_up NAME MACHINES NODES: waits until MACHINES of the cluster's
-# Machines are Running and NODES of its Nodes Ready; prints the two times
-# (epoch seconds) at which each was first seen.
+# series_start FILE: a phase's series of polls, for the charts of
+# docs/bench.md (hack/bench/chart): one row per poll with the seconds since
+# the phase's start and what the poll counted, "-" for a count it did not
+# read (its target already reached, or the read failed).
+series_start() { printf 'elapsed_s\tmachines_running\tnodes_registered\tnodes_ready\n' >"$1"; }
+# series_row FILE START RUNNING REGISTERED READY: one poll's row, timed now.
+series_row() {
+  awk -v t="$(now)" -v s="$2" -v m="$3" -v g="$4" -v r="$5" 'BEGIN { printf "%.2f\t%s\t%s\t%s\n", t - s, m, g, r }' >>"$1"
+}
+
+# await_up NAME PHASE START MACHINES NODES: waits until MACHINES of the
+# cluster's Machines are Running and NODES of its Nodes Ready; prints the two
+# times (epoch seconds) at which each was first seen. Every poll is a row of
+# $QS_OUT/NAME-PHASE-series.tsv, timed from START (series_start).
 await_up() {
-  local name=$1 machines=$2 nodes=$3 deadline=$((SECONDS + timeout)) running="" ready="" reg rdy
+  local name=$1 start=$3 machines=$4 nodes=$5 deadline=$((SECONDS + timeout)) running="" ready="" series m reg rdy
+  series=$QS_OUT/$1-$2-series.tsv
+  series_start "$series"
   until [[ -n "$running" && -n "$ready" ]]; do
     ((SECONDS < deadline)) || die "$name: not $machines Machines Running and $nodes Nodes Ready after ${timeout}s (Machines Running: $(machines_running "$name"), Nodes: $(node_counts "$name"))"
-    [[ -n "$running" ]] || (($(machines_running "$name") < machines)) || running=$(now)
-    if [[ -z "$ready" ]] && fetch_kubeconfig "$name"; then
-      read -r reg rdy < <(node_counts "$name")
+    m=- reg=- rdy=-
+    if [[ -z "$running" ]]; then
+      # A failed read is no count: compared as one, its empty answer was an
+      # arithmetic error, which counted the Machines as Running.
+      m=$(machines_running "$name") || true
+      [[ $m =~ ^[0-9]+$ ]] || m=-
+      [[ $m == - ]] || ((m < machines)) || running=$(now)
+    fi
+    if [[ -z "$ready" ]]; then
+      reg=0 rdy=0 # no kubeconfig yet: no API server to register Nodes with
+      if fetch_kubeconfig "$name"; then read -r reg rdy < <(node_counts "$name"); fi
       ((rdy < nodes)) || ready=$(now)
     fi
+    series_row "$series" "$start" "$m" "$reg" "$rdy"
     [[ -n "$running" && -n "$ready" ]] || sleep 1
   done
   echo "$running $ready"
@@ -183,9 +207,40 @@ declare -A base_containers=()
 # manager can lose its leader election or fail its liveness probe and be
 # away for minutes with its back-off, which stopped the runs of 2026-12-04
 # evening and 2026-12-05 morning in their second round.
+#
+# Available is not enough: a manager's new pod is Available before it
+# leads, and one that replaced a pod that did not give up its lease waits
+# out the lease (a minute for the kubeadm control plane's). The first
+# cluster of every run before 2026-12-07 was 2.6 times slower than the next
+# for that reason alone: relax_probes rolls every provider's pods just
+# before round 1, and the KubeadmControlPlane controller made the first
+# control-plane Machine 61 s after the apply. So it also waits until every
+# provider's leader-election lease is held by one of its running pods.
 providers_available() {
   kmgmt wait deployment -A -l cluster.x-k8s.io/provider --for=condition=Available --timeout=600s >/dev/null ||
     die "the providers' managers did not come back within 600s: $(kmgmt get pods -A -l cluster.x-k8s.io/provider --no-headers | tr -s ' ' | tr '\n' ';')"
+  local deadline=$((SECONDS + 180)) waiting
+  while :; do
+    waiting=$(providers_not_leading)
+    [[ -n "$waiting" ]] || return 0
+    ((SECONDS < deadline)) || die "no running pod of theirs leads these providers after 180s: $waiting"
+    sleep 2
+  done
+}
+
+# providers_not_leading lists the provider namespaces whose leader-election
+# leases are held by no running pod of theirs (a holder identity is
+# "<pod>_<uuid>").
+providers_not_leading() {
+  local ns holders pods
+  for ns in $(kmgmt get deployment -A -l cluster.x-k8s.io/provider -o jsonpath='{range .items[*]}{.metadata.namespace}{"\n"}{end}' | sort -u); do
+    pods=$(kmgmt get pods -n "$ns" --field-selector=status.phase=Running -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')
+    holders=$(kmgmt get leases -n "$ns" -o jsonpath='{range .items[*]}{.spec.holderIdentity}{"\n"}{end}')
+    [[ -n "$holders" ]] || { echo -n "$ns "; continue; }
+    while read -r holder; do
+      grep -qxF "${holder%%_*}" <<<"$pods" || { echo -n "$ns "; break; }
+    done <<<"$holders"
+  done
 }
 
 # relax_probes gives every provider's manager the same patient liveness
@@ -212,7 +267,7 @@ up() {
     ((++tries < 30)) || kmgmt apply -f "$QS_OUT/$name.yaml" >&2 || die "applying $QS_OUT/$name.yaml failed"
     sleep 2
   done
-  times=$(await_up "$name" 3 3)
+  times=$(await_up "$name" create "$start" 3 3)
   read -r running ready <<<"$times"
   record "$(jq -n --arg p "$provider" --argjson r "$round" --argjson s "$start" --argjson m "$running" --argjson n "$ready" \
     '{provider: $p, round: $r, phase: "create", start: $s, running: ($m - $s), ready: ($n - $s)}')"
@@ -225,7 +280,7 @@ up() {
 
   start=$(now)
   kmgmt scale machinepool "$name-mp-0" -n default --replicas="$replicas" >/dev/null
-  times=$(await_up "$name" $((3 + replicas)) $((3 + replicas)))
+  times=$(await_up "$name" scale-out "$start" $((3 + replicas)) $((3 + replicas)))
   read -r running ready <<<"$times"
   sleep "$settle" # the writes that follow Ready still count as this phase's
   # The machines' conditions, for where the time went (their transition times).
@@ -310,7 +365,8 @@ down() {
 # postKubeadmCommands. Timed from the first docker run to N Nodes
 # registered and Ready; then the Nodes and containers are removed.
 floor() {
-  local cluster=$1 round=$2 cp token endpoint config start registered="" ready="" reg rdy deadline i names=()
+  local cluster=$1 round=$2 cp token endpoint config start registered="" ready="" reg rdy deadline i names=() series
+  series=$QS_OUT/floor-b$round-scale-out-series.tsv
   step "round $round: the floor, $replicas nodes joined by a script"
   cp=$(docker ps -q --filter "label=io.x-k8s.kind.cluster=$cluster" --filter "label=io.x-k8s.kind.role=control-plane" | head -1)
   token=$(docker exec "$cp" kubeadm token create --ttl 30m)
@@ -324,6 +380,7 @@ floor() {
   jq '.files' <<<"$config" >"$QS_OUT/floor-files.json"
   jq -r '.postKubeadmCommands // [] | .[]' <<<"$config" >"$QS_OUT/floor-post.sh"
   for ((i = 1; i <= replicas; i++)); do names+=("$cluster-floor-$i"); done
+  series_start "$series"
   start=$(now)
   for i in "${names[@]}"; do floor_node "$i" >"$QS_OUT/$i.log" 2>&1 & done
   deadline=$((SECONDS + timeout))
@@ -332,6 +389,7 @@ floor() {
     read -r reg rdy < <(node_counts "$cluster")
     [[ -n "$registered" ]] || ((reg < 3 + replicas)) || registered=$(now)
     [[ -n "$ready" ]] || ((rdy < 3 + replicas)) || ready=$(now)
+    series_row "$series" "$start" - "$reg" "$rdy"
     [[ -n "$registered" && -n "$ready" ]] || sleep 1
   done
   wait
@@ -431,6 +489,13 @@ results() {
          by_resource: (group_by(.[2] + " " + .[3]) | map({key: (.[0][2] + " " + .[0][3]), value: length}) | from_entries)};
     ($phases | map(if .phase == "scale-out" and .provider != "floor"
       then . + {writes: writes(.provider; .start; .end)} else . end)) as $ph
+    # by_kind($p): for each "verb resource", the writes per machine of the
+    # provider in its scale-outs, the median over its rounds (0 in a round
+    # without that kind); null without a scale-out.
+    | def by_kind($p): [$ph[] | select(.provider == $p and .phase == "scale-out") | .writes.by_resource] as $rs
+      | if $rs == [] then null
+        else [$rs[] | keys[]] | unique | map(. as $k | {key: $k, value: ([$rs[] | (.[$k] // 0) / $n] | median | r2)}) | from_entries end;
+    by_kind("capct") as $kind_capct | by_kind("capd") as $kind_capd
     | def med($p; $phase; f): [$ph[] | select(.provider == $p and .phase == $phase) | f | select(. != null)] | median | r1;
     (["capct", "capd", "floor"] | map(. as $p | {key: $p, value: {
         create_running_s: med($p; "create"; .running), create_ready_s: med($p; "create"; .ready),
@@ -457,6 +522,11 @@ results() {
          writes_per_machine_capct_capd: ratio($m.capct.scale_out_writes_per_machine; $m.capd.scale_out_writes_per_machine),
          writes_per_machine_without_leases_capct_capd: ratio($m.capct.scale_out_writes_per_machine_without_leases; $m.capd.scale_out_writes_per_machine_without_leases)},
        steady_writes: $steady_writes,
+       scale_out_writes_per_machine_by_kind: (($kind_capct // {}) + ($kind_capd // {}) | keys
+         | map(split(" ") as $w | {resource: ($w[1:] | join(" ")), verb: $w[0],
+             capct: (if $kind_capct == null then null else $kind_capct[.] // 0 end),
+             capd: (if $kind_capd == null then null else $kind_capd[.] // 0 end)})
+         | sort_by(-((.capct // 0) + (.capd // 0)), .resource, .verb)),
        managers: (["capct", "capd"] | map(. as $p | ($before[0][] | select(.provider == $p)) as $b | ($after[0][] | select(.provider == $p)) as $a
          | {key: $p, value: {cpu_s: (if $a.container == $b.container then ($a.cpu_ns - $b.cpu_ns) / 1e9 | r1 else null end),
              restarted: ($a.container != $b.container), cgroup_peak_mib: ($a.peak_bytes / 1048576 | r1), vmhwm_mib: ($a.vmhwm_kib / 1024 | r1)}}) | from_entries),
@@ -479,6 +549,10 @@ results() {
     "manager_peak_rss_mib \(.managers.capct.vmhwm_mib|f) \(.managers.capd.vmhwm_mib|f) - - -",
     "leftovers \([.phases[] | .leftovers // [] | .[]] | length) - - - -"' "$QS_OUT/results.json" | column -t >&2
   log "results in $QS_OUT/results.json"
+  # The charts of docs/bench.md, redrawn from this results.json and the
+  # phases' series. A failure only warns: the results are written already.
+  (cd "$QS_ROOT" && go run ./hack/bench/chart -in "$QS_OUT" -out "$QS_ROOT/docs/bench") ||
+    log "WARNING: the charts were not drawn (go run ./hack/bench/chart -in $QS_OUT -out docs/bench)"
 }
 
 # ---- the run ----
@@ -514,6 +588,7 @@ providers_available
 [[ -z "$(kmgmt get clusters -A -o name)" ]] || die "the management cluster still has Clusters (an interrupted run?): $(kmgmt get clusters -A -o name | tr '\n' ' ')"
 
 : >"$phases"
+rm -f "$QS_OUT"/*-series.tsv # an earlier run's rounds are not this run's
 manager_usage reset >"$QS_OUT/usage-start.json"
 for round in $(seq "$rounds"); do
   second=capd
