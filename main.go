@@ -251,7 +251,8 @@ func run() error {
 	log.Info("Starting manager", "version", version, "containerEngine", o.engine, "machinePools", feature.Gates.Enabled(feature.MachinePool),
 		"allowedHostPathPrefixes", o.policy.HostPathPrefixes, "allowedUnmanagedNetworks", o.policy.AllowedNetworks,
 		"allowedImagePrefixes", o.policy.ImagePrefixes, "maxMachinesPerCluster", o.policy.MaxMachinesPerCluster,
-		"localEngineNamespaces", o.policy.LocalEngineNamespaces)
+		"localEngineNamespaces", o.policy.LocalEngineNamespaces,
+		"allowedHostListenAddresses", o.policy.HostListenAddresses, "minHostPort", o.policy.MinHostPort)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("manager stopped with an error: %w", err)
 	}
@@ -388,6 +389,11 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	}
 	if err := (&controllers.ContainerEngineReconciler{
 		Client: mgr.GetClient(), Engines: set, WatchFilterValue: o.watchFilter,
+	}).SetupWithManager(ctx, mgr, options); err != nil {
+		return err
+	}
+	if err := (&controllers.ContainerMachineTemplateReconciler{
+		Client: mgr.GetClient(), WatchFilterValue: o.watchFilter,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}

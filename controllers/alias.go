@@ -17,6 +17,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containerengine"
 	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachine"
+	"github.com/capct/cluster-api-provider-container/internal/controllers/containermachinetemplate"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
@@ -172,6 +173,24 @@ func (r *ContainerEngineReconciler) SetupWithManager(ctx context.Context, mgr ct
 		Client:           r.Client,
 		Engines:          r.Engines,
 		Clock:            r.Clock,
+		WatchFilterValue: r.WatchFilterValue,
+	}).SetupWithManager(ctx, mgr, options)
+}
+
+// ContainerMachineTemplateReconciler writes each ContainerMachineTemplate's
+// status.capacity and status.nodeInfo, which the cluster autoscaler reads
+// to scale a MachineDeployment from zero.
+type ContainerMachineTemplateReconciler struct {
+	Client client.Client
+	// WatchFilterValue limits the controller to objects with this
+	// cluster.x-k8s.io/watch-filter label value.
+	WatchFilterValue string
+}
+
+// SetupWithManager sets up the reconciler with the manager.
+func (r *ContainerMachineTemplateReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
+	return (&containermachinetemplate.Reconciler{
+		Client:           r.Client,
 		WatchFilterValue: r.WatchFilterValue,
 	}).SetupWithManager(ctx, mgr, options)
 }

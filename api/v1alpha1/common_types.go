@@ -48,6 +48,82 @@ type Mount struct {
 	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
+// DefaultListenAddress is the host address a port mapping or the load
+// balancer listens on when none is given: the host's IPv4 loopback, which
+// only the host itself reaches.
+const DefaultListenAddress = "127.0.0.1"
+
+// PortProtocol is the transport protocol of a published port.
+// +kubebuilder:validation:Enum=TCP;UDP;SCTP
+type PortProtocol string
+
+const (
+	// ProtocolTCP publishes a TCP port; the default.
+	ProtocolTCP PortProtocol = "TCP"
+	// ProtocolUDP publishes a UDP port.
+	ProtocolUDP PortProtocol = "UDP"
+	// ProtocolSCTP publishes an SCTP port.
+	ProtocolSCTP PortProtocol = "SCTP"
+)
+
+// PortMapping publishes a port of a machine's container on the container
+// host, as `docker run -p listenAddress:hostPort:containerPort/protocol`
+// does. A NodePort Service of the workload cluster is reached this way from
+// the host: map the node port (containerPort) to a host port.
+type PortMapping struct {
+	// listenAddress is the host address the port is published on: an IPv4
+	// or IPv6 address, no name. Defaults to 127.0.0.1, which only the host
+	// itself reaches. The manager's --allowed-host-listen-addresses decides
+	// which addresses may be used (the loopback ones by default), so that a
+	// tenant cannot open the host to the network without the admin.
+	// +optional
+	// +kubebuilder:default="127.0.0.1"
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:Pattern=`^[0-9a-fA-F.:]+$`
+	ListenAddress string `json:"listenAddress,omitempty"`
+
+	// hostPort is the port on the container host. One host port (on one
+	// address, with one protocol) serves one container of the engine: a
+	// ContainerMachine whose host port another machine that may run on the
+	// same engine publishes is refused. Ports below the manager's
+	// --min-host-port (1024 by default, the host's privileged ports) are
+	// refused.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	HostPort int32 `json:"hostPort"`
+
+	// containerPort is the port inside the machine's container, for
+	// example a NodePort Service's node port.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	ContainerPort int32 `json:"containerPort"`
+
+	// protocol of the port: TCP (the default), UDP or SCTP.
+	// +optional
+	// +kubebuilder:default=TCP
+	Protocol PortProtocol `json:"protocol,omitempty"`
+}
+
+// EffectiveListenAddress is listenAddress, or its default when it is empty
+// (an object that met no API server, as in unit tests).
+func (p PortMapping) EffectiveListenAddress() string {
+	if p.ListenAddress == "" {
+		return DefaultListenAddress
+	}
+	return p.ListenAddress
+}
+
+// EffectiveProtocol is protocol, or its default when it is empty.
+func (p PortMapping) EffectiveProtocol() PortProtocol {
+	if p.Protocol == "" {
+		return ProtocolTCP
+	}
+	return p.Protocol
+}
+
 // MachineResources limits what a machine's container may use. Without it the
 // container is unbounded, which is what CAPD always does.
 // +kubebuilder:validation:MinProperties=1

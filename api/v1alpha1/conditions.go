@@ -184,4 +184,9 @@ const (
 	// exist on the container host. CAPCT does not create it; the machine
 	// launches once it exists.
 	HostPathNotFoundReason = "HostPathNotFound"
+	// HostPortInUseReason: a host port of spec.extraPortMappings is held
+	// by another container or program of the container host, so the engine
+	// does not start the machine's container. The message names the field;
+	// the machine starts once the port is free.
+	HostPortInUseReason = "HostPortInUse"
 )

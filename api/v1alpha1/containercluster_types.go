@@ -99,6 +99,20 @@ type LoadBalancerSpec struct {
 	// +kubebuilder:validation:Pattern=`^[^\s]+$`
 	Image string `json:"image,omitempty"`
 
+	// listenAddress is the container host's address on which the load
+	// balancer publishes the API server port (status.loadBalancer.hostPort):
+	// an IPv4 or IPv6 address. Empty means 127.0.0.1, which only the host
+	// itself reaches and which is always allowed; another address must be
+	// one the manager's --allowed-host-listen-addresses allows (the
+	// loopback ones by default). The management cluster reaches the API
+	// servers on the cluster network, not through this port. Immutable:
+	// the engine publishes the port when it makes the container.
+	// +optional
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:Pattern=`^[0-9a-fA-F.:]+$`
+	ListenAddress string `json:"listenAddress,omitempty"`
+
 	// customHAProxyConfigTemplateRef names a ConfigMap whose key "value" holds
 	// a Go template that replaces the default HAProxy configuration.
 	// +optional
@@ -227,8 +241,9 @@ type ClusterInitializationStatus struct {
 // LoadBalancerStatus reports the load balancer's addresses.
 // +kubebuilder:validation:MinProperties=1
 type LoadBalancerStatus struct {
-	// hostPort is the port published on 127.0.0.1 of the container host, for
-	// reaching the API server from the host itself.
+	// hostPort is the port published on the container host's
+	// spec.loadBalancer.listenAddress (127.0.0.1 by default), for reaching
+	// the API server from the host itself.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
@@ -243,7 +258,7 @@ type LoadBalancerStatus struct {
 // +kubebuilder:printcolumn:name="Cluster",type="string",JSONPath=".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",description="Cluster"
 // +kubebuilder:printcolumn:name="Endpoint",type="string",JSONPath=".spec.controlPlaneEndpoint.host",description="Control-plane endpoint host"
 // +kubebuilder:printcolumn:name="Port",type="integer",JSONPath=".spec.controlPlaneEndpoint.port",description="Control-plane endpoint port"
-// +kubebuilder:printcolumn:name="Host Port",type="integer",JSONPath=".status.loadBalancer.hostPort",description="The load balancer's API port on the container host's 127.0.0.1",priority=10
+// +kubebuilder:printcolumn:name="Host Port",type="integer",JSONPath=".status.loadBalancer.hostPort",description="The load balancer's API port on the container host (on spec.loadBalancer.listenAddress, 127.0.0.1 by default)",priority=10
 // +kubebuilder:printcolumn:name="Provisioned",type="string",JSONPath=".status.initialization.provisioned",description="Network and load balancer are ready"
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
@@ -264,6 +279,7 @@ type ContainerCluster struct {
 	// +kubebuilder:validation:XValidation:rule="(has(self.network) && has(self.network.mode) ? self.network.mode : 'Managed') == (has(oldSelf.network) && has(oldSelf.network.mode) ? oldSelf.network.mode : 'Managed')",message="network.mode is immutable, also by adding or removing spec.network: CAPCT would delete or leak a network it did not make",fieldPath=".network.mode"
 	// +kubebuilder:validation:XValidation:rule="(has(self.network) && has(self.network.ipFamily) ? self.network.ipFamily : '') == (has(oldSelf.network) && has(oldSelf.network.ipFamily) ? oldSelf.network.ipFamily : '')",message="network.ipFamily is immutable, also by adding or removing spec.network: the network and the nodes' addresses cannot change family on a live cluster",fieldPath=".network.ipFamily"
 	// +kubebuilder:validation:XValidation:rule="(has(self.network) && has(self.network.encrypted) ? self.network.encrypted : false) == (has(oldSelf.network) && has(oldSelf.network.encrypted) ? oldSelf.network.encrypted : false)",message="network.encrypted is immutable, also by adding or removing spec.network: an overlay cannot change its encryption while nodes are on it",fieldPath=".network.encrypted"
+	// +kubebuilder:validation:XValidation:rule="(has(self.loadBalancer) && has(self.loadBalancer.listenAddress) ? self.loadBalancer.listenAddress : '127.0.0.1') == (has(oldSelf.loadBalancer) && has(oldSelf.loadBalancer.listenAddress) ? oldSelf.loadBalancer.listenAddress : '127.0.0.1')",message="loadBalancer.listenAddress is immutable: the engine publishes the load balancer's port when it makes the container",fieldPath=".loadBalancer.listenAddress"
 	// +kubebuilder:validation:XValidation:rule="has(self.engines) == has(oldSelf.engines) && (!has(self.engines) || self.engines[0].name == oldSelf.engines[0].name)",message="engines cannot be added to a cluster or removed from it, and its first engine, which holds the load balancer, never changes",fieldPath=".engines"
 	// +kubebuilder:validation:XValidation:rule="!has(self.engines) || !has(oldSelf.engines) || (size(self.engines) > 1) == (size(oldSelf.engines) > 1)",message="a cluster on one engine stays on one, and a cluster on several keeps several: the first runs on the engine's own bridge network, the second on an overlay network that spans the engines",fieldPath=".engines"
 	Spec ContainerClusterSpec `json:"spec,omitempty"`

@@ -47,6 +47,21 @@ type ContainerMachineSpec struct {
 	// +kubebuilder:validation:MaxItems=32
 	ExtraMounts []Mount `json:"extraMounts,omitempty"`
 
+	// extraPortMappings publish ports of the machine's container on the
+	// container host (docs/port-mappings.md). A host port serves one
+	// container per engine, so a template or pool with host ports runs one
+	// machine per engine: a second machine that may run on the same engine
+	// is refused when it is created. Immutable: the engine sets a
+	// container's ports when it makes it; replace the machine to change
+	// them.
+	// +optional
+	// +listType=map
+	// +listMapKey=listenAddress
+	// +listMapKey=hostPort
+	// +listMapKey=protocol
+	// +kubebuilder:validation:MaxItems=32
+	ExtraPortMappings []PortMapping `json:"extraPortMappings,omitempty"`
+
 	// preLoadImages are copied from the container host into the node's
 	// containerd before bootstrap, so that nodes need no registry for them.
 	// +optional
@@ -160,6 +175,7 @@ type ContainerMachine struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image)",message="image is immutable: replace the machine to change it"
 	// +kubebuilder:validation:XValidation:rule="!has(oldSelf.providerID) || (has(self.providerID) && self.providerID == oldSelf.providerID)",message="providerID is immutable once set"
+	// +kubebuilder:validation:XValidation:rule="has(self.extraPortMappings) == has(oldSelf.extraPortMappings) && (!has(self.extraPortMappings) || self.extraPortMappings == oldSelf.extraPortMappings)",message="extraPortMappings are immutable: the engine publishes a container's ports when it makes it; replace the machine to change them",fieldPath=".extraPortMappings"
 	Spec ContainerMachineSpec `json:"spec,omitempty"`
 	// +optional
 	Status ContainerMachineStatus `json:"status,omitempty"`

@@ -29,13 +29,17 @@ type ContainerMachineTemplateResource struct {
 }
 
 // ContainerMachineTemplateStatus reports what machines of this template
-// provide, so that the cluster autoscaler can scale from zero.
+// provide, so that the cluster autoscaler can scale from zero (Cluster
+// API's opt-in autoscaling from zero). CAPCT fills it from the spec.
 type ContainerMachineTemplateStatus struct {
-	// capacity of one machine: cpu and memory.
+	// capacity of one machine: cpu and memory, from
+	// spec.template.spec.resources, each only when set. Empty when the
+	// template sets no limits: such a container shares the whole host with
+	// every other node on it, so no figure is its own.
 	// +optional
 	Capacity corev1.ResourceList `json:"capacity,omitempty"`
 
-	// nodeInfo describes the machines' nodes.
+	// nodeInfo describes the machines' nodes: their operating system.
 	// +optional
 	NodeInfo *NodeInfo `json:"nodeInfo,omitempty"`
 }

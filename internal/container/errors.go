@@ -3,6 +3,9 @@ package container
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
 )
 
 // ErrorKind classifies a runtime error so callers can branch on it.
@@ -29,13 +32,17 @@ const (
 	KindPoolOverlap
 	// KindInvalid: the caller passed an invalid argument.
 	KindInvalid
-	// KindInUse: a static address or a fixed host port that the container
-	// asks for is held by another one.
+	// KindInUse: a static address that the container asks for is held by
+	// another one.
 	KindInUse
 	// KindStaticAddressUnsupported: the network does not take static
 	// addresses (Docker takes them only on networks whose subnet was
 	// configured by their creator).
 	KindStaticAddressUnsupported
+	// KindHostPortInUse: a fixed host port that the container publishes is
+	// held by another container or a program of the host. Its cause is a
+	// *HostPortInUseError.
+	KindHostPortInUse
 )
 
 func (k ErrorKind) String() string {
@@ -58,6 +65,8 @@ func (k ErrorKind) String() string {
 		return "InUse"
 	case KindStaticAddressUnsupported:
 		return "StaticAddressUnsupported"
+	case KindHostPortInUse:
+		return "HostPortInUse"
 	default:
 		return "Unknown"
 	}
@@ -136,10 +145,81 @@ func IsPoolOverlap(err error) bool { return KindOf(err) == KindPoolOverlap }
 // IsInvalid reports whether err says the caller passed an invalid argument.
 func IsInvalid(err error) bool { return KindOf(err) == KindInvalid }
 
-// IsInUse reports whether err says a static address or a fixed host port is
-// held by another container. It is worth retrying with another address or
-// port, not as is.
+// IsInUse reports whether err says a static address is held by another
+// container. It is worth retrying with another address, not as is.
 func IsInUse(err error) bool { return KindOf(err) == KindInUse }
+
+// IsHostPortInUse reports whether err says a fixed host port the container
+// publishes is held by another container or program. Another address does
+// not help; the port must be freed, or the container made with another.
+func IsHostPortInUse(err error) bool { return KindOf(err) == KindHostPortInUse }
+
+// HostPortInUseError is the cause of a start that the engine refused
+// because a fixed host port of the container is taken. HostIP, HostPort
+// and Protocol say which, as far as the engine's message does: zero when it
+// does not.
+type HostPortInUseError struct {
+	HostIP   string
+	HostPort int
+	// Protocol is "tcp", "udp" or "sctp"; empty when the engine did not say.
+	Protocol string
+	// Err is the engine's refusal.
+	Err error
+}
+
+func (e *HostPortInUseError) Error() string {
+	port := "a host port"
+	if e.HostPort != 0 {
+		port = "host port " + net.JoinHostPort(e.HostIP, strconv.Itoa(e.HostPort))
+		if e.Protocol != "" {
+			port += "/" + e.Protocol
+		}
+	}
+	if e.Err == nil {
+		return port + " is in use"
+	}
+	return fmt.Sprintf("%s is in use: %v", port, e.Err)
+}
+
+// Unwrap returns the engine's refusal.
+func (e *HostPortInUseError) Unwrap() error { return e.Err }
+
+// HostPortInUse returns the *HostPortInUseError in err's chain.
+func HostPortInUse(err error) (*HostPortInUseError, bool) {
+	var e *HostPortInUseError
+	ok := errors.As(err, &e)
+	return e, ok
+}
+
+// Matches reports whether the refused port is p's host side, or may be:
+// an unknown field of the refusal matches anything, an empty HostIP or
+// Protocol of p means its default, and an unspecified address (0.0.0.0,
+// ::) on either side matches any address.
+func (e *HostPortInUseError) Matches(p PortMapping) bool {
+	if e.HostPort != 0 && e.HostPort != p.HostPort {
+		return false
+	}
+	proto := p.Protocol
+	if proto == "" {
+		proto = "tcp"
+	}
+	if e.Protocol != "" && e.Protocol != proto {
+		return false
+	}
+	if e.HostIP == "" {
+		return true
+	}
+	hostIP := p.HostIP
+	if hostIP == "" {
+		hostIP = DefaultHostIP
+	}
+	a, erra := netip.ParseAddr(e.HostIP)
+	b, errb := netip.ParseAddr(hostIP)
+	if erra != nil || errb != nil {
+		return e.HostIP == hostIP
+	}
+	return a.Unmap() == b.Unmap() || a.IsUnspecified() || b.IsUnspecified()
+}
 
 // IsStaticAddressUnsupported reports whether err says the network does not
 // take static addresses.

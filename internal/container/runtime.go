@@ -43,8 +43,11 @@ type Runtime interface {
 	// re-created under the same name in between is never touched.
 
 	// Start starts the container. Starting a running container is not an
-	// error. A static address or fixed host port held by another container
-	// is an error for which IsInUse is true.
+	// error. A static address held by another container is an error for
+	// which IsInUse is true; a fixed host port held by another container or
+	// a program of the host, one for which IsHostPortInUse is true, whose
+	// cause (HostPortInUse) names the port. The container is left as it
+	// was, and starts once the port is free.
 	Start(ctx context.Context, name string, owner Owner) error
 	// Delete removes the container by force, with its anonymous volumes.
 	// Deleting a missing container is not an error.
@@ -281,13 +284,19 @@ type Mount struct {
 	ReadOnly bool
 }
 
-// PortMapping publishes a container port on the host.
+// DefaultHostIP is the host address a port is published on when its
+// mapping names none: the loopback, which only the host reaches.
+const DefaultHostIP = "127.0.0.1"
+
+// PortMapping publishes a container port on the host. The engine keeps it
+// in the container's configuration, so a fixed host port is published
+// again whenever the container starts, also after the engine restarts.
 type PortMapping struct {
 	// ContainerPort is the port inside the container.
 	ContainerPort int
 	// HostPort is the port on the host; 0 lets the engine pick a free one.
 	HostPort int
-	// HostIP is the host address to listen on; empty means 127.0.0.1.
+	// HostIP is the host address to listen on; empty means DefaultHostIP.
 	HostIP string
 	// Protocol is "tcp" (the default when empty), "udp" or "sctp".
 	Protocol string
@@ -340,7 +349,9 @@ type MachineSpec struct {
 	// ExtraMounts are bind mounts from the host.
 	ExtraMounts []Mount
 	// PortMappings publish ports, e.g. the API server port on 127.0.0.1
-	// with HostPort 0.
+	// with HostPort 0, or a machine's extraPortMappings with fixed ones.
+	// A fixed host port is claimed only when the container starts (see
+	// Start).
 	PortMappings []PortMapping
 	// Resources limit CPU and memory.
 	Resources Resources

@@ -38,6 +38,11 @@ type Spec struct {
 	Network          string
 	IPFamily         container.IPFamily
 	Image            string
+	// ListenAddress is the host address the API server port is published
+	// on (spec.loadBalancer.listenAddress); empty means
+	// container.DefaultHostIP. A load balancer that exists keeps the
+	// address it was made with: the field is immutable.
+	ListenAddress string
 }
 
 // owner is the owner of a cluster's load-balancer container.
@@ -99,7 +104,7 @@ func (lb *LoadBalancer) Ensure(ctx context.Context, spec Spec) (*container.Machi
 		Privileged:    &privileged,
 		IPFamily:      spec.IPFamily,
 		RestartPolicy: container.RestartAlways,
-		PortMappings:  []container.PortMapping{{ContainerPort: APIServerPort, HostIP: "127.0.0.1"}},
+		PortMappings:  []container.PortMapping{{ContainerPort: APIServerPort, HostIP: listenAddress(spec.ListenAddress)}},
 	}
 	rt, err := lb.runtime(spec.ContainerCluster)
 	if err != nil {
@@ -133,6 +138,14 @@ func (lb *LoadBalancer) Ensure(ctx context.Context, spec Spec) (*container.Machi
 		return nil, fmt.Errorf("failed to fix host port %d of load balancer container %s: %w", port, name, err)
 	}
 	return launched.Machine, nil
+}
+
+// listenAddress is the host address a load balancer publishes its port on.
+func listenAddress(addr string) string {
+	if addr == "" {
+		return container.DefaultHostIP
+	}
+	return addr
 }
 
 // configuredHostPort is the host port the container was created with for

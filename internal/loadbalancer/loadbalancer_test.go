@@ -108,6 +108,23 @@ func TestEnsureFixesTheHostPortAndAddress(t *testing.T) {
 	}
 }
 
+// TestEnsurePublishesOnTheListenAddress: the API server port is published
+// on the ContainerCluster's spec.loadBalancer.listenAddress, and on
+// 127.0.0.1 when it is empty, also once the port is fixed.
+func TestEnsurePublishesOnTheListenAddress(t *testing.T) {
+	for _, tc := range []struct{ addr, want string }{{addr: "", want: "127.0.0.1"}, {addr: "::1", want: "::1"}, {addr: "192.0.2.10", want: "192.0.2.10"}} {
+		e := newEnv(t)
+		m, err := e.lb.Ensure(context.Background(), Spec{Cluster: e.cluster, ContainerCluster: e.cc, Network: "capct-c1", Image: "lb", ListenAddress: tc.addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.PortMappings) != 1 || m.PortMappings[0].HostIP != tc.want || m.PortMappings[0].HostPort == 0 ||
+			len(m.Ports) != 1 || m.Ports[0].HostIP != tc.want {
+			t.Fatalf("listen address %q: configured %+v, published %+v; want the fixed port on %s", tc.addr, m.PortMappings, m.Ports, tc.want)
+		}
+	}
+}
+
 func TestSyncNeverInstallsAConfigurationHAProxyRefuses(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

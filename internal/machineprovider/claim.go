@@ -2,12 +2,15 @@ package machineprovider
 
 import (
 	"fmt"
+	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
+	"github.com/capct/cluster-api-provider-container/internal/policy"
 )
 
 // Claim is a machine as the provider sees it: the objects its container is
@@ -103,16 +106,55 @@ func (c *Claim) machineName() string {
 func (c *Claim) containerSpec(image string) container.MachineSpec {
 	cm := c.ContainerMachine
 	return container.MachineSpec{
-		Name:        c.ContainerName(),
-		Image:       image,
-		Network:     naming.NetworkName(c.Cluster, c.ContainerCluster),
-		Labels:      c.ContainerLabels(),
-		Role:        c.Role(),
-		KindNode:    true,
-		IPFamily:    naming.IPFamily(c.Cluster, c.ContainerCluster),
-		ExtraMounts: mounts(cm.Spec.ExtraMounts),
-		Resources:   resources(cm.Spec.Resources),
+		Name:         c.ContainerName(),
+		Image:        image,
+		Network:      naming.NetworkName(c.Cluster, c.ContainerCluster),
+		Labels:       c.ContainerLabels(),
+		Role:         c.Role(),
+		KindNode:     true,
+		IPFamily:     naming.IPFamily(c.Cluster, c.ContainerCluster),
+		ExtraMounts:  mounts(cm.Spec.ExtraMounts),
+		PortMappings: portMappings(cm.Spec.ExtraPortMappings),
+		Resources:    resources(cm.Spec.Resources),
 	}
+}
+
+// portMappings are a machine's extraPortMappings as the engine publishes
+// them: each on its fixed host port, which the engine keeps in the
+// container's configuration, so that the port comes back with the
+// container after a restart of the engine (docs/port-mappings.md).
+func portMappings(in []infrav1.PortMapping) []container.PortMapping {
+	out := make([]container.PortMapping, 0, len(in))
+	for _, p := range in {
+		out = append(out, container.PortMapping{
+			ContainerPort: int(p.ContainerPort),
+			HostPort:      int(p.HostPort),
+			HostIP:        p.EffectiveListenAddress(),
+			Protocol:      strings.ToLower(string(p.EffectiveProtocol())),
+		})
+	}
+	return out
+}
+
+// hostPortInUse turns the engine's refusal of a host port of the machine's
+// extraPortMappings into a wait naming the field: another container or a
+// program of the host holds the port, and the container, made but not
+// started, starts once it is free. It returns nil for any other error.
+func (c *Claim) hostPortInUse(err error) error {
+	refused, ok := container.HostPortInUse(err)
+	if !ok {
+		return nil
+	}
+	what := fmt.Sprintf("spec.extraPortMappings: %v", refused)
+	for i, p := range c.ContainerMachine.Spec.ExtraPortMappings {
+		if refused.Matches(portMappings([]infrav1.PortMapping{p})[0]) {
+			what = fmt.Sprintf("%s: host port %s is in use", field.NewPath("spec", "extraPortMappings").Index(i), policy.Describe(p))
+			break
+		}
+	}
+	return &WaitError{Reason: infrav1.HostPortInUseReason, RequeueAfter: hostRecheck, Message: what +
+		": another container or program of the container host holds it, and the machine's container starts once it is free. " +
+		"A host port serves one machine per engine: free it, or replace the machine with one that publishes another port"}
 }
 
 func mounts(in []infrav1.Mount) []container.Mount {

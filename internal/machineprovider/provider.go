@@ -139,6 +139,9 @@ func (p *Provider) Create(ctx context.Context, c *Claim) (*Created, error) {
 	if path, ok := container.HostPathNotFound(err); ok {
 		return nil, hostPathNotFound(c.ContainerMachine.Spec.ExtraMounts, path)
 	}
+	if wait := c.hostPortInUse(err); wait != nil {
+		return nil, wait
+	}
 	if err != nil {
 		return nil, fmt.Errorf("failed to launch container %s for ContainerMachine %s: %w", spec.Name, klog.KObj(c.ContainerMachine), err)
 	}
@@ -155,6 +158,10 @@ func (p *Provider) adopt(ctx context.Context, c *Claim, at Placement, m *contain
 		return &Created{Placement: at, Machine: m}, nil
 	}
 	err := at.Runtime.Start(ctx, m.Name, c.Owner())
+	if wait := c.hostPortInUse(err); wait != nil {
+		// Made, never started: it starts once the port is free.
+		return nil, wait
+	}
 	if container.IsInUse(err) && m.State == container.StateCreated {
 		// Its static address was taken since it was picked, or the engine
 		// still holds it for nobody. It never ran, so nothing is lost: it

@@ -4,8 +4,10 @@
 // stamps one out) chooses what a privileged container on the host runs and
 // mounts. The manager's flags narrow that: which host paths extraMounts may
 // bind, which existing networks a cluster may join, which images nodes, load
-// balancers and preloads may use, how many machines one cluster may have,
-// and which namespaces' clusters may run on the manager's own engine
+// balancers and preloads may use, which host addresses and ports
+// extraPortMappings and load balancers may publish on, how many machines
+// one cluster may have, and which namespaces' clusters may run on the
+// manager's own engine
 // (Policy.LocalEngineNamespaces, decided by engines.LocalAllowsNamespace,
 // the one place engine access is decided). The same decisions serve two
 // callers:
@@ -18,7 +20,9 @@
 //
 // Beside the flag-driven decisions the package holds the checks that need no
 // flag but more than a CRD schema can say (mount points the node image
-// needs, image reference syntax, pod CIDRs against the node network) and the
+// needs, image reference syntax, pod CIDRs against the node network, host
+// ports that overlap, HostPortsOverlap, which the webhooks also use between
+// machines) and the
 // checks only the host can answer (MissingImages). Everything here is pure
 // except MissingImages, which asks a function it is given. docs/security.md
 // describes the trust boundary these decisions enforce.

@@ -2,10 +2,12 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 )
@@ -31,6 +33,13 @@ func (p *Policy) AddFlags(fs *pflag.FlagSet) {
 			"Unset or * allows every image; an empty value allows none.")
 	fs.IntVar(&p.MaxMachinesPerCluster, FlagMaxMachinesPerCluster, DefaultMaxMachinesPerCluster,
 		"Most ContainerMachines one cluster may have, counting every MachineDeployment, control plane and pool. 0 means no cap.")
+	p.HostListenAddresses = slices.Clone(DefaultHostListenAddresses)
+	fs.Var(&addressListFlag{list: &p.HostListenAddresses}, FlagAllowedHostListenAddresses,
+		"Comma-separated host addresses that machines' extraPortMappings and load balancers may publish ports on (e.g. 127.0.0.1,::1,192.0.2.10). "+
+			"Defaults to the loopback addresses, which only the host reaches; 0.0.0.0 or :: opens the host's every interface of that family. "+
+			"* allows every address; an empty value allows none (a load balancer's default 127.0.0.1 stays allowed).")
+	fs.IntVar(&p.MinHostPort, FlagMinHostPort, DefaultMinHostPort,
+		"Lowest host port that machines' extraPortMappings may publish; the ports below 1024 are the host's own services'. 1 allows every port.")
 	fs.Var(&localNamespacesFlag{p: p}, FlagLocalEngineAllowedNamespaces,
 		"Comma-separated namespaces whose ContainerClusters may run on the manager's own engine (those that list no spec.engines); "+
 			"a namespace that --"+FlagLocalEngineNamespaceSelector+" selects may too. Unset, empty or * is as if not given; "+
@@ -72,6 +81,44 @@ func (f *listFlag) Set(value string) error {
 }
 
 func (f *listFlag) Type() string { return "strings" }
+
+// addressListFlag is a comma-separated list of host addresses with a
+// default: the first value given replaces the default rather than adding
+// to it, AllowAll allows every address (nil), and an address that does not
+// parse stops the manager rather than refusing every mapping later.
+type addressListFlag struct {
+	list *[]string
+	set  bool
+}
+
+func (f *addressListFlag) String() string {
+	if f.list == nil || *f.list == nil {
+		return AllowAll
+	}
+	return strings.Join(*f.list, ",")
+}
+
+func (f *addressListFlag) Set(value string) error {
+	if strings.TrimSpace(value) == AllowAll {
+		*f.list, f.set = nil, true
+		return nil
+	}
+	if !f.set || *f.list == nil {
+		*f.list, f.set = []string{}, true
+	}
+	for _, v := range strings.Split(value, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		if _, err := ListenAddress(field.NewPath("--"+FlagAllowedHostListenAddresses), v); err != nil {
+			return fmt.Errorf("failed to parse host address %q: %w", v, err)
+		}
+		*f.list = append(*f.list, v)
+	}
+	return nil
+}
+
+func (f *addressListFlag) Type() string { return "addresses" }
 
 // localEngine returns p.LocalEngineNamespaces, made when a local engine
 // flag is first given a value.

@@ -20,6 +20,9 @@ const (
 	FlagAllowedImagePrefixes    = "allowed-image-prefixes"
 	FlagMaxMachinesPerCluster   = "max-machines-per-cluster"
 
+	FlagAllowedHostListenAddresses = "allowed-host-listen-addresses"
+	FlagMinHostPort                = "min-host-port"
+
 	FlagLocalEngineAllowedNamespaces = "local-engine-allowed-namespaces"
 	FlagLocalEngineNamespaceSelector = "local-engine-namespace-selector"
 )
@@ -62,14 +65,27 @@ type Policy struct {
 	// allowedNamespaces (engines.LocalAllowsNamespace decides), except that
 	// nil allows every namespace.
 	LocalEngineNamespaces *infrav1.AllowedNamespaces
+	// HostListenAddresses are the host addresses that machines'
+	// extraPortMappings and load balancers may publish ports on, compared
+	// as addresses (::1 is 0::1). The flag's default is
+	// DefaultHostListenAddresses; nil allows every address.
+	HostListenAddresses []string
+	// MinHostPort is the lowest host port extraPortMappings may publish;
+	// 0 allows every port. The flag's default is DefaultMinHostPort.
+	MinHostPort int
 }
 
 // Default is the policy of a manager started without policy flags: every
-// host path, image and network but the reserved ones, and at most
-// DefaultMaxMachinesPerCluster machines per cluster. The quickstart and the
-// templates work with it.
+// host path, image and network but the reserved ones, at most
+// DefaultMaxMachinesPerCluster machines per cluster, and ports published on
+// the host's loopback addresses only, from DefaultMinHostPort up. The
+// quickstart and the templates work with it.
 func Default() Policy {
-	return Policy{MaxMachinesPerCluster: DefaultMaxMachinesPerCluster}
+	return Policy{
+		MaxMachinesPerCluster: DefaultMaxMachinesPerCluster,
+		HostListenAddresses:   slices.Clone(DefaultHostListenAddresses),
+		MinHostPort:           DefaultMinHostPort,
+	}
 }
 
 // HostPath decides whether extraMounts may bind hostPath.

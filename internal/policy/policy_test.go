@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -289,9 +291,15 @@ func TestFlags(t *testing.T) {
 	}{
 		{name: "no flags", args: nil, want: Default()},
 		{name: "lists", args: []string{"--allowed-host-path-prefixes=/srv/a,/srv/b", "--allowed-image-prefixes=capct/", "--allowed-image-prefixes=kindest/", "--max-machines-per-cluster=7"},
-			want: Policy{HostPathPrefixes: []string{"/srv/a", "/srv/b"}, ImagePrefixes: []string{"capct/", "kindest/"}, MaxMachinesPerCluster: 7}},
+			want: with(Policy{HostPathPrefixes: []string{"/srv/a", "/srv/b"}, ImagePrefixes: []string{"capct/", "kindest/"}, MaxMachinesPerCluster: 7})},
 		{name: "an empty value forbids", args: []string{"--allowed-unmanaged-networks="},
-			want: Policy{AllowedNetworks: []string{}, MaxMachinesPerCluster: DefaultMaxMachinesPerCluster}},
+			want: with(Policy{AllowedNetworks: []string{}, MaxMachinesPerCluster: DefaultMaxMachinesPerCluster})},
+		{name: "listen addresses replace the loopback default", args: []string{"--allowed-host-listen-addresses=192.0.2.10", "--allowed-host-listen-addresses= ::1 ,127.0.0.1", "--min-host-port=80"},
+			want: Policy{MaxMachinesPerCluster: DefaultMaxMachinesPerCluster, HostListenAddresses: []string{"192.0.2.10", "::1", "127.0.0.1"}, MinHostPort: 80}},
+		{name: "every listen address", args: []string{"--allowed-host-listen-addresses=*", "--min-host-port=1"},
+			want: Policy{MaxMachinesPerCluster: DefaultMaxMachinesPerCluster, MinHostPort: 1}},
+		{name: "no listen address", args: []string{"--allowed-host-listen-addresses="},
+			want: Policy{MaxMachinesPerCluster: DefaultMaxMachinesPerCluster, HostListenAddresses: []string{}, MinHostPort: DefaultMinHostPort}},
 		{name: "* allows all", args: []string{"--allowed-unmanaged-networks=*", "--allowed-host-path-prefixes=*", "--allowed-image-prefixes=*"},
 			want: Default()},
 		{name: "the local engine for every namespace", args: []string{"--local-engine-allowed-namespaces=*", "--local-engine-namespace-selector=*"},
@@ -299,11 +307,11 @@ func TestFlags(t *testing.T) {
 		{name: "the local engine for every namespace, given empty", args: []string{"--local-engine-allowed-namespaces=", "--local-engine-namespace-selector="},
 			want: Default()},
 		{name: "the local engine for some", args: []string{"--local-engine-allowed-namespaces=platform, ops", "--local-engine-namespace-selector=capct.io/local-engine=allowed"},
-			want: Policy{MaxMachinesPerCluster: DefaultMaxMachinesPerCluster, LocalEngineNamespaces: &infrav1.AllowedNamespaces{
-				List: []string{"platform", "ops"}, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"capct.io/local-engine": "allowed"}}}}},
+			want: with(Policy{MaxMachinesPerCluster: DefaultMaxMachinesPerCluster, LocalEngineNamespaces: &infrav1.AllowedNamespaces{
+				List: []string{"platform", "ops"}, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"capct.io/local-engine": "allowed"}}}})},
 		{name: "the local engine by label only", args: []string{"--local-engine-allowed-namespaces=*", "--local-engine-namespace-selector=capct.io/local-engine"},
-			want: Policy{MaxMachinesPerCluster: DefaultMaxMachinesPerCluster, LocalEngineNamespaces: &infrav1.AllowedNamespaces{
-				Selector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "capct.io/local-engine", Operator: metav1.LabelSelectorOpExists}}}}}},
+			want: with(Policy{MaxMachinesPerCluster: DefaultMaxMachinesPerCluster, LocalEngineNamespaces: &infrav1.AllowedNamespaces{
+				Selector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "capct.io/local-engine", Operator: metav1.LabelSelectorOpExists}}}}})},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -317,6 +325,26 @@ func TestFlags(t *testing.T) {
 				t.Fatalf("got %s, want %s", got, want)
 			}
 		})
+	}
+}
+
+// with is p with the port flags' defaults, as a manager that was given
+// none of them has.
+func with(p Policy) Policy {
+	p.HostListenAddresses, p.MinHostPort = slices.Clone(DefaultHostListenAddresses), DefaultMinHostPort
+	return p
+}
+
+// TestAHostListenAddressThatDoesNotParseStopsTheManager: a name or a typo
+// in the list fails the flag, rather than refusing every mapping later.
+func TestAHostListenAddressThatDoesNotParseStopsTheManager(t *testing.T) {
+	for _, v := range []string{"localhost", "127.0.0.300", "fe80::1%eth0", "::ffff:127.0.0.1"} {
+		var p Policy
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		p.AddFlags(fs)
+		if err := fs.Parse([]string{"--allowed-host-listen-addresses=" + v}); err == nil {
+			t.Errorf("%q was taken: %v", v, p.HostListenAddresses)
+		}
 	}
 }
 
@@ -337,7 +365,8 @@ func describe(p Policy) string {
 		}
 	}
 	return "paths=" + l(p.HostPathPrefixes) + " networks=" + l(p.AllowedNetworks) + " images=" + l(p.ImagePrefixes) +
-		" max=" + strings.Repeat("|", min(p.MaxMachinesPerCluster, 200)) + " local=" + local
+		" max=" + strings.Repeat("|", min(p.MaxMachinesPerCluster, 200)) + " local=" + local +
+		" listen=" + l(p.HostListenAddresses) + " minport=" + strconv.Itoa(p.MinHostPort)
 }
 
 func wantFields(t *testing.T, errs field.ErrorList, fields ...string) {
@@ -359,15 +388,19 @@ func FuzzMachineSpec(f *testing.F) {
 	f.Add("", "/", "/", "", "host")
 	f.Add("a@sha256:xyz", "/var/../etc", "//", "::", "")
 	f.Fuzz(func(t *testing.T, image, containerPath, hostPath, preload, network string) {
-		for _, p := range []*Policy{{}, restricted()} {
+		for _, p := range []*Policy{{}, restricted(), ptrTo(Default())} {
 			spec := &infrav1.ContainerMachineSpec{
 				Image:         image,
 				ExtraMounts:   []infrav1.Mount{{ContainerPath: containerPath, HostPath: hostPath}},
 				PreLoadImages: []string{preload},
+				ExtraPortMappings: []infrav1.PortMapping{
+					{ListenAddress: network, HostPort: int32(len(hostPath)), ContainerPort: 1},
+					{ListenAddress: preload, HostPort: int32(len(hostPath)), ContainerPort: 2, Protocol: infrav1.PortProtocol(image)},
+				},
 			}
 			errs := p.MachineSpec(field.NewPath("spec"), spec, nil)
 			errs = append(errs, p.ClusterSpec(field.NewPath("spec"), &infrav1.ContainerClusterSpec{
-				Network: infrav1.NetworkSpec{Name: network, Mode: infrav1.NetworkUnmanaged}, LoadBalancer: infrav1.LoadBalancerSpec{Image: image},
+				Network: infrav1.NetworkSpec{Name: network, Mode: infrav1.NetworkUnmanaged}, LoadBalancer: infrav1.LoadBalancerSpec{Image: image, ListenAddress: network},
 			}, nil)...)
 			for _, err := range errs {
 				if !strings.HasPrefix(err.Field, "spec.") {
@@ -389,3 +422,5 @@ func TestALocalEngineSelectorThatDoesNotParseStopsTheManager(t *testing.T) {
 		t.Fatalf("a selector that does not parse was taken: %+v", p.LocalEngineNamespaces)
 	}
 }
+
+func ptrTo[T any](v T) *T { return &v }

@@ -11,7 +11,8 @@ import (
 )
 
 // MachineSpec checks what a machine spec at fld asks of the host: its image
-// and preloaded images, and its mounts' targets and host paths. old is the
+// and preloaded images, its mounts' targets and host paths, and the host
+// addresses and ports of its extraPortMappings. old is the
 // spec before an update, nil on create; values that did not change are not
 // checked again, so that a policy tightened later never blocks the updates
 // Cluster API and CAPCT make to objects admitted before. The launch path
@@ -39,11 +40,27 @@ func (p Policy) MachineSpec(fld *field.Path, spec, old *infrav1.ContainerMachine
 		}
 		errs = add(errs, p.Image(fld.Child("preLoadImages").Index(i), ref))
 	}
-	return errs
+	return append(errs, p.portMappings(fld.Child("extraPortMappings"), spec.ExtraPortMappings, old)...)
+}
+
+// portMappings checks the host side of a machine's extraPortMappings at fld:
+// the address and the port of each that old lacks, and that no two take
+// the same host port.
+func (p Policy) portMappings(fld *field.Path, mappings []infrav1.PortMapping, old *infrav1.ContainerMachineSpec) field.ErrorList {
+	var errs field.ErrorList
+	for i, m := range mappings {
+		if old != nil && slices.Contains(old.ExtraPortMappings, m) {
+			continue
+		}
+		errs = add(errs, p.HostListenAddress(fld.Index(i).Child("listenAddress"), m.EffectiveListenAddress()))
+		errs = add(errs, p.HostPort(fld.Index(i).Child("hostPort"), m.HostPort))
+	}
+	return append(errs, PortMappings(fld, mappings)...)
 }
 
 // ClusterSpec checks what a cluster spec at fld asks of the host: the
-// network it joins and its load balancer's image. old is as in MachineSpec.
+// network it joins, its load balancer's image and the host address the load
+// balancer publishes its port on. old is as in MachineSpec.
 func (p Policy) ClusterSpec(fld *field.Path, spec, old *infrav1.ContainerClusterSpec) field.ErrorList {
 	var errs field.ErrorList
 	n := spec.Network
@@ -53,7 +70,26 @@ func (p Policy) ClusterSpec(fld *field.Path, spec, old *infrav1.ContainerCluster
 	if img := spec.LoadBalancer.Image; img != "" && (old == nil || old.LoadBalancer.Image != img) {
 		errs = add(errs, p.Image(fld.Child("loadBalancer", "image"), img))
 	}
+	if addr := spec.LoadBalancer.ListenAddress; addr != "" && (old == nil || old.LoadBalancer.ListenAddress != addr) {
+		errs = add(errs, p.loadBalancerListenAddress(fld.Child("loadBalancer", "listenAddress"), addr))
+	}
 	return errs
+}
+
+// loadBalancerListenAddress decides the address a load balancer publishes
+// its API port on. The default, 127.0.0.1, is always allowed, however it is
+// written: every load balancer CAPCT made published its port there, and an
+// admin who forbids machines' port mappings (an empty
+// --allowed-host-listen-addresses) must not lose every cluster with them.
+func (p Policy) loadBalancerListenAddress(fld *field.Path, addr string) *field.Error {
+	a, err := ListenAddress(fld, addr)
+	if err != nil {
+		return err
+	}
+	if a == netip.MustParseAddr(infrav1.DefaultListenAddress) {
+		return nil
+	}
+	return p.HostListenAddress(fld, addr)
 }
 
 // Violation is the error of the launch-time checks: the object asks for

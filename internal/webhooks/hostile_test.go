@@ -25,6 +25,8 @@ import (
 //	--allowed-unmanaged-networks=capct-mgmt,shared
 //	--allowed-image-prefixes=capct/,kindest/haproxy:,registry.example.com/team/
 //	--max-machines-per-cluster=3
+//	--allowed-host-listen-addresses=127.0.0.1
+//	--min-host-port=10000
 //
 // hostileCases also run under the shipped defaults (shippedPolicy, in
 // shippedNamespace).
@@ -33,6 +35,8 @@ var testPolicy = policy.Policy{
 	AllowedNetworks:       []string{"capct-mgmt", "shared"},
 	ImagePrefixes:         []string{"capct/", "kindest/haproxy:", "registry.example.com/team/"},
 	MaxMachinesPerCluster: 3,
+	HostListenAddresses:   []string{"127.0.0.1"},
+	MinHostPort:           10000,
 }
 
 // Clusters the table's machines belong to: one paused as clusterctl move
@@ -142,6 +146,18 @@ func network(name string, mode infrav1.NetworkMode) func(*infrav1.ContainerClust
 
 func quantity(s string) *resource.Quantity { return ptr.To(resource.MustParse(s)) }
 
+// publish is a machine spec change that publishes one port: host port
+// hostPort on listenAddress (empty: the default) to the node's 30080.
+func publish(listenAddress string, hostPort int32, protocol infrav1.PortProtocol) func(*infrav1.ContainerMachineSpec) {
+	return func(s *infrav1.ContainerMachineSpec) {
+		s.ExtraPortMappings = []infrav1.PortMapping{{ListenAddress: listenAddress, HostPort: hostPort, ContainerPort: 30080, Protocol: protocol}}
+	}
+}
+
+func lbListenAddress(addr string) func(*infrav1.ContainerCluster) {
+	return func(c *infrav1.ContainerCluster) { c.Spec.LoadBalancer.ListenAddress = addr }
+}
+
 // hostileCase is one hostile or mistaken object and what becomes of it.
 type hostileCase struct {
 	kind  string
@@ -233,6 +249,19 @@ func hostileCases() []hostileCase {
 		{kind: "ContainerCluster", input: "load balancer image Capct/HAProxy (not a reference)",
 			obj:  cluster(func(c *infrav1.ContainerCluster) { c.Spec.LoadBalancer.Image = "Capct/HAProxy" }),
 			want: both(refused("spec.loadBalancer.image"))},
+		{kind: "ContainerCluster", input: "load balancer listenAddress 0.0.0.0 (every interface of the host)",
+			obj: cluster(lbListenAddress("0.0.0.0")), want: both(refused("spec.loadBalancer.listenAddress"))},
+		{kind: "ContainerCluster", input: "load balancer listenAddress ::1 (the host's IPv6 loopback)",
+			obj: cluster(lbListenAddress("::1")), want: outcomes{
+				shipped:  accepted("the API server port is published on the host's ::1, which only the host reaches"),
+				hardened: refused("spec.loadBalancer.listenAddress"),
+			}},
+		{kind: "ContainerCluster", input: "load balancer listenAddress localhost (a name, not an address)",
+			obj: cluster(lbListenAddress("localhost")), want: both(refused("spec.loadBalancer.listenAddress"))},
+		{kind: "ContainerCluster", input: "load balancer listenAddress changed after create",
+			obj:    cluster(func(*infrav1.ContainerCluster) {}),
+			update: func(o client.Object) { o.(*infrav1.ContainerCluster).Spec.LoadBalancer.ListenAddress = "127.0.0.2" },
+			want:   both(refused("spec.loadBalancer.listenAddress"))},
 		{kind: "ContainerCluster", input: "101 failure domains",
 			obj: cluster(func(c *infrav1.ContainerCluster) {
 				c.Spec.FailureDomains = nil
@@ -257,6 +286,9 @@ func hostileCases() []hostileCase {
 		{kind: "ContainerClusterTemplate", input: "load balancer image evil/haproxy:1",
 			obj:  clusterTemplate(func(s *infrav1.ContainerClusterSpec) { s.LoadBalancer.Image = "evil/haproxy:1" }),
 			want: both(refused("spec.template.spec.loadBalancer.image"))},
+		{kind: "ContainerClusterTemplate", input: "load balancer listenAddress 192.168.1.10 (an interface's address)",
+			obj:  clusterTemplate(func(s *infrav1.ContainerClusterSpec) { s.LoadBalancer.ListenAddress = "192.168.1.10" }),
+			want: both(refused("spec.template.spec.loadBalancer.listenAddress"))},
 		{kind: "ContainerClusterTemplate", input: "controlPlaneEndpoint port 443",
 			obj: clusterTemplate(func(s *infrav1.ContainerClusterSpec) {
 				s.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: "api.example.com", Port: 443}
@@ -335,6 +367,54 @@ func hostileCases() []hostileCase {
 			obj:  machine(machineSpec(image("capct/node:v0.0.0-missing"))),
 			want: both(accepted("Launched False, ImageNotOnHost (not final), naming spec.image: CAPCT never pulls, and launches once the image is loaded"))},
 
+		// ContainerMachine: ports published on the host.
+		{kind: "ContainerMachine", input: "port published on 0.0.0.0 (every interface of the host)",
+			obj: machine(machineSpec(publish("0.0.0.0", 30080, ""))), want: both(refused("spec.extraPortMappings[0].listenAddress"))},
+		{kind: "ContainerMachine", input: "port published on :: (every interface, both families)",
+			obj: machine(machineSpec(publish("::", 30080, ""))), want: both(refused("spec.extraPortMappings[0].listenAddress"))},
+		{kind: "ContainerMachine", input: "port published on 192.168.1.10 (an interface's address)",
+			obj: machine(machineSpec(publish("192.168.1.10", 30080, ""))), want: both(refused("spec.extraPortMappings[0].listenAddress"))},
+		{kind: "ContainerMachine", input: "port published on ::1 (the host's IPv6 loopback)",
+			obj: machine(machineSpec(publish("::1", 30080, ""))), want: outcomes{
+				shipped:  accepted("the port is published on the host's ::1, which only the host reaches"),
+				hardened: refused("spec.extraPortMappings[0].listenAddress"),
+			}},
+		{kind: "ContainerMachine", input: "port published on ::ffff:127.0.0.1 (IPv4 written as IPv6)",
+			obj: machine(machineSpec(publish("::ffff:127.0.0.1", 30080, ""))), want: both(refused("spec.extraPortMappings[0].listenAddress"))},
+		{kind: "ContainerMachine", input: "port published on localhost (a name, not an address)",
+			obj: machine(machineSpec(publish("localhost", 30080, ""))), want: both(refused("spec.extraPortMappings[0].listenAddress"))},
+		{kind: "ContainerMachine", input: "host port 80 (a privileged port of the host)",
+			obj: machine(machineSpec(publish("", 80, ""))), want: both(refused("spec.extraPortMappings[0].hostPort"))},
+		{kind: "ContainerMachine", input: "host port 8080",
+			obj: machine(machineSpec(publish("", 8080, ""))), want: outcomes{
+				shipped:  accepted("published on the host's 127.0.0.1:8080 when the container starts"),
+				hardened: refused("spec.extraPortMappings[0].hostPort"),
+			}},
+		{kind: "ContainerMachine", input: "host port 0",
+			obj: machine(machineSpec(publish("", 0, ""))), want: both(refused("spec.extraPortMappings[0].hostPort"))},
+		{kind: "ContainerMachine", input: "protocol ICMP",
+			obj: machine(machineSpec(publish("", 30080, "ICMP"))), want: both(refused("spec.extraPortMappings[0].protocol"))},
+		{kind: "ContainerMachine", input: "one host port published twice",
+			obj: machine(machineSpec(func(s *infrav1.ContainerMachineSpec) {
+				s.ExtraPortMappings = []infrav1.PortMapping{{HostPort: 30080, ContainerPort: 30080}, {HostPort: 30080, ContainerPort: 30081}}
+			})), want: both(refused("spec.extraPortMappings[1]"))},
+		{kind: "ContainerMachine", input: "host port another machine on the same engine publishes",
+			existing: []client.Object{machine(machineSpec(publish("", 30180, "")))},
+			obj:      machine(machineSpec(publish("127.0.0.1", 30180, infrav1.ProtocolTCP))),
+			want:     both(refused("spec.extraPortMappings[0].hostPort"))},
+		{kind: "ContainerMachine", input: "host port another machine on the same engine publishes over UDP, here TCP",
+			existing: []client.Object{machine(machineSpec(publish("", 30181, infrav1.ProtocolUDP)))},
+			obj:      machine(machineSpec(publish("", 30181, ""))),
+			want:     both(accepted("both are published: a TCP and a UDP port of one number are apart"))},
+		{kind: "ContainerMachine", input: "host port a program of the container host listens on",
+			obj: machine(machineSpec(publish("", 30182, ""))),
+			want: both(accepted("Launched False, HostPortInUse (not final), naming spec.extraPortMappings[0]: " +
+				"the engine refuses to start the container until the port is free"))},
+		{kind: "ContainerMachine", input: "extraPortMappings added by an update",
+			obj:    machine(func(*infrav1.ContainerMachine) {}),
+			update: func(o client.Object) { publish("", 30183, "")(&o.(*infrav1.ContainerMachine).Spec) },
+			want:   both(refused("spec.extraPortMappings"))},
+
 		// ContainerMachine: identity and count.
 		{kind: "ContainerMachine", input: "providerID preset on create",
 			obj:  machine(func(m *infrav1.ContainerMachine) { m.Spec.ProviderID = "container:///demo-control-plane-abcde" }),
@@ -406,6 +486,10 @@ func hostileCases() []hostileCase {
 					"until the image is loaded; then they run as docs/node-image.md describes"),
 				hardened: refused("spec.template.spec.image"),
 			}},
+		{kind: "ContainerMachineTemplate", input: "port published on 0.0.0.0",
+			obj: machineTemplate(publish("0.0.0.0", 30080, "")), want: both(refused("spec.template.spec.extraPortMappings[0].listenAddress"))},
+		{kind: "ContainerMachineTemplate", input: "host port 443",
+			obj: machineTemplate(publish("", 443, "")), want: both(refused("spec.template.spec.extraPortMappings[0].hostPort"))},
 		{kind: "ContainerMachineTemplate", input: "cpus 0.001",
 			obj:  machineTemplate(func(s *infrav1.ContainerMachineSpec) { s.Resources.CPUs = quantity("0.001") }),
 			want: both(refused("spec.template.spec.resources.cpus"))},
@@ -421,6 +505,8 @@ func hostileCases() []hostileCase {
 		{kind: "ContainerMachinePool", input: "memory 100Mi",
 			obj:  pool(func(s *infrav1.ContainerMachineSpec) { s.Resources.Memory = quantity("100Mi") }),
 			want: both(refused("spec.template.resources.memory"))},
+		{kind: "ContainerMachinePool", input: "host port 22 (the host's ssh)",
+			obj: pool(publish("", 22, "")), want: both(refused("spec.template.extraPortMappings[0].hostPort"))},
 		{kind: "ContainerMachinePool", input: "cluster-name label changed to another cluster",
 			obj: func() client.Object {
 				p := validPool("")
@@ -432,6 +518,8 @@ func hostileCases() []hostileCase {
 			obj: poolTemplate(image("evil/node:1")), want: both(refused("spec.template.spec.template.image"))},
 		{kind: "ContainerMachinePoolTemplate", input: "mount onto /usr",
 			obj: poolTemplate(mount("/usr", "/srv/capct/usr")), want: both(refused("spec.template.spec.template.extraMounts[0].containerPath"))},
+		{kind: "ContainerMachinePoolTemplate", input: "port published on ::",
+			obj: poolTemplate(publish("::", 30080, "")), want: both(refused("spec.template.spec.template.extraPortMappings[0].listenAddress"))},
 
 		// Objects being deleted, held by a finalizer that is not CAPCT's:
 		// the checks still apply, and only what the deletion needs (the

@@ -108,10 +108,12 @@ func (v *containerClusterValidator) ValidateDelete(context.Context, *infrav1.Con
 }
 
 // containerMachineValidator applies the policy to a ContainerMachine, on
-// create refuses a preset providerID and a machine beyond the cluster's cap,
-// and keeps the machine in its cluster (clusterNameChanged). Both need the API: reader reads it uncached, so that a burst of
-// creates (a scale-up, a clusterctl move) sees every machine and the Cluster
-// created a moment before.
+// create refuses a preset providerID, a machine beyond the cluster's cap and
+// host ports another machine on the same engine publishes
+// (hostPortsTaken), and keeps the machine in its cluster
+// (clusterNameChanged). These need the API: reader reads it uncached, so
+// that a burst of creates (a scale-up, a clusterctl move) sees every
+// machine and the Cluster created a moment before.
 type containerMachineValidator struct {
 	policy *policy.Policy
 	reader client.Reader
@@ -146,6 +148,13 @@ func (v *containerMachineValidator) ValidateCreate(ctx context.Context, m *infra
 		return nil, err
 	}
 	errs = add(errs, countErr)
+	// Host ports only on create: they are immutable, and where a machine
+	// may run only narrows once it is placed.
+	taken, err := v.hostPortsTaken(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	errs = append(errs, taken...)
 	return nil, invalid(infrav1.GroupVersion.WithKind("ContainerMachine").GroupKind(), m.Name, errs)
 }
 

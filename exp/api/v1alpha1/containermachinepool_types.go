@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -93,6 +94,18 @@ type ContainerMachinePoolStatus struct {
 	// observedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// capacity of one machine of the pool: cpu and memory, from
+	// spec.template.resources, each only when set, which the cluster
+	// autoscaler reads to scale the MachinePool from zero. Empty when the
+	// template sets no limits: such a container shares the whole host with
+	// every other node on it, so no figure is its own.
+	// +optional
+	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+
+	// nodeInfo describes the pool's nodes: their operating system.
+	// +optional
+	NodeInfo *infrav1.NodeInfo `json:"nodeInfo,omitempty"`
 }
 
 // PoolInitializationStatus reports a ContainerMachinePool's provisioning.

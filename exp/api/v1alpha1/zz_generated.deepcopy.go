@@ -5,6 +5,8 @@
 package v1alpha1
 
 import (
+	apiv1alpha1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -129,6 +131,18 @@ func (in *ContainerMachinePoolStatus) DeepCopyInto(out *ContainerMachinePoolStat
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
+	}
+	if in.Capacity != nil {
+		in, out := &in.Capacity, &out.Capacity
+		*out = make(corev1.ResourceList, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val.DeepCopy()
+		}
+	}
+	if in.NodeInfo != nil {
+		in, out := &in.NodeInfo, &out.NodeInfo
+		*out = new(apiv1alpha1.NodeInfo)
+		**out = **in
 	}
 }
 

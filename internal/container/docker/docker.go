@@ -102,13 +102,20 @@ func wrap(op, object, name string, err error) error {
 	if errors.As(err, &ce) {
 		return err
 	}
-	return container.NewError(op, object, name, classify(err), err)
+	kind := classify(err)
+	if kind == container.KindHostPortInUse {
+		err = hostPortInUse(err)
+	}
+	return container.NewError(op, object, name, kind, err)
 }
 
 func classify(err error) container.ErrorKind {
 	switch {
 	// The engine gives these the status codes of other kinds (forbidden,
-	// invalid argument): only the message tells them apart.
+	// invalid argument): only the message tells them apart. A host port
+	// first: its refusal can say "address already in use" too.
+	case isHostPortInUse(err):
+		return container.KindHostPortInUse
 	case isInUse(err):
 		return container.KindInUse
 	case strings.Contains(err.Error(), "user specified IP address is supported only"):
@@ -132,9 +139,9 @@ func classify(err error) container.ErrorKind {
 	return container.KindUnknown
 }
 
-// isInUse recognises the engine's refusals of a static address ("Address
-// already in use") and of a fixed host port ("Bind for 127.0.0.1:32768
-// failed: port is already allocated"), which it reports at start.
+// isInUse recognises the engine's refusal of a static address ("Address
+// already in use"), which it reports at start; isHostPortInUse has been
+// asked first.
 func isInUse(err error) bool {
 	m := strings.ToLower(err.Error())
 	return strings.Contains(m, "address already in use") || strings.Contains(m, "port is already allocated") ||

@@ -96,7 +96,7 @@ func (r *Runtime) CreateMachine(ctx context.Context, spec container.MachineSpec)
 	}}
 	for _, p := range spec.PortMappings {
 		if p.HostIP == "" {
-			p.HostIP = "127.0.0.1"
+			p.HostIP = container.DefaultHostIP
 		}
 		if p.Protocol == "" {
 			p.Protocol = "tcp"
@@ -142,9 +142,10 @@ func (r *Runtime) Start(ctx context.Context, name string, owner container.Owner)
 			// Like the engine, pick another free port at every start.
 			r.nextPort++
 			hp = 32768 + r.nextPort%28000
-		} else if holder := r.portHolderLocked(p.HostIP, hp); holder != "" {
-			return container.NewError("start", "container", name, container.KindInUse,
-				fmt.Errorf("bind for %s:%d failed: port is already allocated (by %s)", p.HostIP, hp, holder))
+		} else if holder := r.portHolderLocked(p); holder != "" {
+			return container.NewError("start", "container", name, container.KindHostPortInUse, &container.HostPortInUseError{
+				HostIP: p.HostIP, HostPort: hp, Protocol: p.Protocol,
+				Err: fmt.Errorf("bind for %s:%d failed: port is already allocated (by %s)", p.HostIP, hp, holder)})
 		}
 		ports = append(ports, container.PortBinding{ContainerPort: p.ContainerPort, Protocol: p.Protocol, HostIP: p.HostIP, HostPort: hp})
 	}
@@ -198,14 +199,17 @@ func (r *Runtime) checkStaticLocked(c *fakeContainer, n *fakeNetwork) error {
 	return nil
 }
 
-// portHolderLocked names the running container that publishes hostIP:port.
-func (r *Runtime) portHolderLocked(hostIP string, port int) string {
+// portHolderLocked names the running container that publishes p's host
+// port with p's protocol on p's address, or on the unspecified address
+// (0.0.0.0, ::) when either is: the engine refuses those as taken too.
+func (r *Runtime) portHolderLocked(p container.PortMapping) string {
+	want := &container.HostPortInUseError{HostIP: p.HostIP, HostPort: p.HostPort, Protocol: p.Protocol}
 	for _, o := range r.containers {
 		if o.m.State != container.StateRunning {
 			continue
 		}
 		for _, b := range o.m.Ports {
-			if b.HostPort == port && b.HostIP == hostIP {
+			if want.Matches(container.PortMapping{HostIP: b.HostIP, HostPort: b.HostPort, Protocol: b.Protocol}) {
 				return o.m.Name
 			}
 		}

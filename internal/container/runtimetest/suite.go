@@ -163,6 +163,8 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) Runtime, image string)
 		{"StaticAddressIsKeptAndReportedWhileStopped", staticAddressIsKeptAndReportedWhileStopped},
 		{"StaticAddressHeldByAnotherIsInUse", staticAddressHeldByAnotherIsInUse},
 		{"DualStackStaticAddresses", dualStackStaticAddresses},
+		{"FixedHostPortsArePublishedAndReported", fixedHostPortsArePublishedAndReported},
+		{"HostPortHeldByAnotherIsHostPortInUse", hostPortHeldByAnotherIsHostPortInUse},
 		{"ExecExitCodesAndOutput", execExitCodesAndOutput},
 		{"ExecTimeoutIsTyped", execTimeoutIsTyped},
 		{"WriteThenReadFile", writeThenReadFile},

@@ -289,6 +289,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	}
 	lbContainer, err := r.lb.Ensure(ctx, loadbalancer.Spec{
 		Cluster: cluster, ContainerCluster: cc, Network: network, IPFamily: family, Image: cc.Spec.LoadBalancer.Image,
+		ListenAddress: cc.Spec.LoadBalancer.ListenAddress,
 	})
 	if err != nil {
 		setLoadBalancerCondition(cc, now, metav1.ConditionFalse, infrav1.FailedReason, err.Error())

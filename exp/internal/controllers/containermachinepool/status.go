@@ -13,6 +13,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	expinfrav1 "github.com/capct/cluster-api-provider-container/exp/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/capacity"
 	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
@@ -83,6 +84,9 @@ func setStatus(pool *expinfrav1.ContainerMachinePool, s summary, now time.Time) 
 	pool.Status.Ready = ready
 	pool.Status.Initialization.Provisioned = ptr.To(ready)
 	pool.Status.ObservedGeneration = s.generation
+	// What Cluster API's autoscaler reads to scale the pool up from zero.
+	pool.Status.Capacity = capacity.Of(pool.Spec.Template.Resources)
+	pool.Status.NodeInfo = capacity.NodeInfo()
 
 	setReadyCondition(pool, now, s, readyState{ready: ready, active: active, outdated: outdated, provisioned: provisioned, failed: failed})
 }
