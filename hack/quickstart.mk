@@ -63,26 +63,26 @@ test-versions: ## For each of TEST_VERSIONS (default: the pinned one): its node 
 .PHONY: test-podman
 test-podman: ## Podman as the engine: the runtime behaviour suite against rootful Podman, then a quickstart cluster of 1+1+1 nodes on it with traffic proven, and down
 	hack/ensure-podman.sh
-	CAPCT_ENGINE=podman go test -count=1 -run '$(PODMAN_GO_TESTS)' ./internal/container/docker
+	CAPCT_ENGINE=podman go test -tags=engine -count=1 -run '$(PODMAN_GO_TESTS)' ./internal/container/docker
 	CAPCT_ENGINE=podman QUICKSTART_VERSION=$(QUICKSTART_VERSION) QUICKSTART_WORKERS=1 MGMT_NAME=capct-pmtest QUICKSTART_CLUSTER=pmtest \
 		QUICKSTART_OUT=$(CURDIR)/out/podman-test hack/quickstart/quickstart.sh smoke
 
 .PHONY: test-multihost
-test-multihost: ## A second engine in a network namespace of its own, reached only over TCP+TLS: the runtime behaviour suite through engines.Connect, the overlay across both, a lost engine, the load balancer's image copied to it, and a real cluster on both engines; the engine removed after (docs/multihost.md)
+test-multihost: ## A second engine in a network namespace of its own, reached only over TCP+TLS: the runtime behaviour suite through engines.Connect, the overlay across both, a lost engine, the load balancer's image copied to it, and a real cluster on both engines (the Go test test/multihost/cluster); the engine removed after (docs/multihost.md)
 	hack/ensure-docker.sh
 	hack/multihost/engine.sh up
 	set -a; . out/multihost/engine.env; set +a; \
-		go test -count=1 -v ./test/multihost/ && \
+		go test -tags=engine -count=1 -v ./test/multihost/ && \
 		QUICKSTART_VERSION=$(QUICKSTART_VERSION) hack/multihost/cluster-test.sh; rc=$$?; \
 		hack/multihost/engine.sh down; exit $$rc
 
 .PHONY: test-restart
-test-restart: ## A real cluster survives an engine restart: stops and starts dockerd (run it alone), asserts addresses, ports, Nodes, pods, traffic
+test-restart: ## A real cluster survives an engine restart: stops and starts dockerd (run it alone); the Go test test/restart asserts addresses, ports, Nodes, pods, traffic
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-rstest QUICKSTART_CLUSTER=rstest \
 		QUICKSTART_OUT=$(CURDIR)/out/restart-test hack/quickstart/restart-test.sh
 
 .PHONY: test-scale-out
-test-scale-out: ## MachinePool 0->10 real nodes and back, then again with the host's inotify instances nearly exhausted
+test-scale-out: ## MachinePool 0->10 real nodes and back, then again with the host's inotify instances nearly exhausted (the Go test test/scaleout)
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-sotest QUICKSTART_CLUSTER=sotest \
 		QUICKSTART_OUT=$(CURDIR)/out/scale-out-test hack/quickstart/scale-out-test.sh test
 

@@ -9,14 +9,18 @@
 # out/scale-out-test/.
 #
 #   scale-out-test.sh test       (make test-scale-out)
+#     brings the clusters up, then runs the Go test test/scaleout (build tag
+#     realcluster; its output also in out/scale-out-test/go-test.log):
 #     1. the MachinePool 0->10, every Node Ready; prints the time
 #     2. 10->0: every machine, Node and container of the pool gone
 #     3. the host's fs.inotify.max_user_instances lowered to what is in use
-#        plus SCALE_OUT_HEADROOM (8), restored afterwards whatever happens;
-#        0->10 again. For LOWERED_WINDOW seconds (120) no ContainerMachine may
-#        fail, and they must wait with the Launched condition's reason
+#        plus SCALE_OUT_HEADROOM (8), restored afterwards whatever happens
+#        (by the test, and by this script after it); 0->10 again. For
+#        LOWERED_WINDOW seconds (120) no ContainerMachine may fail, and they
+#        must wait with the Launched condition's reason
 #        WaitingForHostCapacity; then the limit is restored and all 10 Nodes
 #        must become Ready; then 10->0.
+#     then the quickstart's down.
 #   scale-out-test.sh profile    (make bench-scale-out-profile)
 #     the MachinePool 0->10 with the manager's pprof endpoint on
 #     (--profiler-address): a goroutine profile every PROFILE_INTERVAL
@@ -67,18 +71,16 @@ inotify_watches() {
     { xargs -r cat 2>/dev/null || true; } | grep -c '^inotify wd' || true
 }
 
-lower_limit() {
-  original_limit=$(<"$limit_file")
-  local used
-  used=$(inotify_in_use)
-  echo $((used + headroom)) >"$limit_file"
-  log "lowered fs.inotify.max_user_instances from $original_limit to $((used + headroom)) ($used in use + $headroom)"
-}
-
+# save_limit and restore_limit: the test lowers the limit and restores it
+# itself; this script restores it too, should the test not get to (a Go
+# test's timeout runs no clean-up).
+save_limit() { original_limit=$(<"$limit_file"); }
 restore_limit() {
   [[ -n "$original_limit" ]] || return 0
-  echo "$original_limit" >"$limit_file"
-  log "restored fs.inotify.max_user_instances to $original_limit"
+  if [[ "$(<"$limit_file")" != "$original_limit" ]]; then
+    echo "$original_limit" >"$limit_file"
+    log "restored fs.inotify.max_user_instances to $original_limit"
+  fi
   original_limit=""
 }
 
@@ -154,66 +156,30 @@ on_failure() {
   fi
 }
 
+# go_test PACKAGE TIMEOUT [NAME=VALUE...]: runs the Go tests of PACKAGE
+# (build tag realcluster) against the clusters up now, with where they are
+# in REALCLUSTER_* (test/realcluster) and the variables given; the output
+# also in $QS_OUT/go-test.log.
+go_test() {
+  log "go test -tags realcluster ./$1 (output also in $QS_OUT/go-test.log)"
+  (cd "$QS_ROOT" && env REALCLUSTER_MGMT_KUBECONFIG="$mgmt_kubeconfig" REALCLUSTER_KUBECONFIG="$kubeconfig" \
+    REALCLUSTER_CLUSTER="$cluster" REALCLUSTER_NAMESPACE="$namespace" REALCLUSTER_MGMT_NAME="$mgmt_name" \
+    REALCLUSTER_KUBECTL="$kubectl" REALCLUSTER_OUT="$QS_OUT" REALCLUSTER_NODE_TIMEOUT="$timeout" "${@:3}" \
+    go test -tags realcluster -count=1 -v -timeout "$2" "./$1") 2>&1 | tee "$QS_OUT/go-test.log" >&2
+}
+
 test_scale_out() {
   remove_on_failure=true
+  step "compile test/scaleout"
+  (cd "$QS_ROOT" && go test -tags realcluster -c -o /dev/null ./test/scaleout)
   up
   trap 'restore_limit; kill "$mem_pid" 2>/dev/null || true' EXIT
   trap 'exit 143' TERM INT
-
-  step "scale MachinePool $pool 0->$replicas"
-  local start=$SECONDS used_before
-  used_before=$(inotify_in_use)
-  scale_pool "$replicas"
-  wait_pool "$replicas" "$timeout" || die "MachinePool $pool did not reach $replicas Ready Nodes"
-  log "measured: MachinePool 0->$replicas to every Node Ready in $((SECONDS - start))s"
-  log "inotify instances in use: $used_before before, $(inotify_in_use) with $replicas more nodes (about $((($(inotify_in_use) - used_before) / replicas)) per node)"
-  scale_in
-
-  step "scale MachinePool $pool 0->$replicas with the host's inotify instances nearly exhausted"
-  lower_limit
-  die_on_failed_machine=false
-  scale_pool "$replicas"
-  local deadline=$((SECONDS + lowered_window)) failed waiting reasons
-  while ((SECONDS < deadline)); do
-    print_phases
-    failed=$(failed_machines)
-    [[ -z "$failed" ]] || break
-    sleep 3
-  done
-  reasons=$(kmgmt get containermachines -n "$namespace" -l "cluster.x-k8s.io/cluster-name=$cluster" -o json | jq -r '
-    [.items[] | select(.metadata.name | test("-control-plane-") | not)
-     | ((.status.conditions // [])[] | select(.type == "Launched") | "Launched=\(.status)/\(.reason)") // "no Launched condition"]
-    | group_by(.) | map("\(length) \(.[0])") | join(", ")')
-  waiting=$(kmgmt get containermachines -n "$namespace" -l "cluster.x-k8s.io/cluster-name=$cluster" -o json |
-    jq '[.items[] | select(any((.status.conditions // [])[]; .type == "Launched" and .reason == "WaitingForHostCapacity"))] | length')
-  log "with the limit lowered, after $((SECONDS - deadline + lowered_window))s: ContainerMachines' Launched: $reasons"
-  local problems=()
-  if [[ -n "$failed" ]]; then
-    problems+=("$(wc -l <<<"$failed") ContainerMachines failed for good instead of waiting: $(tr '\n' ' ' <<<"$failed")")
-    local m
-    m=$(head -1 <<<"$failed")
-    log "why $m failed:"
-    kmgmt get containermachine "$m" -n "$namespace" -o json | jq -r '(.status.conditions // [])[] | select(.status != "True") | "  \(.type)=\(.status) \(.reason): \(.message // "" | .[0:600])"' >&2
-  fi
-  ((waiting > 0)) || problems+=("no ContainerMachine waits with the Launched reason WaitingForHostCapacity")
+  step "MachinePool $pool 0->$replicas and back, then with the host's inotify instances nearly exhausted (test/scaleout)"
+  save_limit
+  go_test test/scaleout 90m SCALE_OUT_REPLICAS="$replicas" SCALE_OUT_HEADROOM="$headroom" LOWERED_WINDOW="$lowered_window"
   restore_limit
-  if [[ -z "$failed" ]]; then
-    step "the limit restored: the waiting machines go on"
-    start=$SECONDS
-    if wait_pool "$replicas" "$timeout"; then
-      log "measured: limit restored -> $replicas Nodes Ready in $((SECONDS - start))s"
-    else
-      problems+=("after the limit was restored, $replicas Nodes were not Ready within ${timeout}s, or a machine failed")
-    fi
-  else
-    log "not waiting for the pool after restoring the limit: its failed machines do not recover"
-  fi
-  die_on_failed_machine=true
-  if ((${#problems[@]} > 0)); then
-    printf '  FAIL  %s\n' "${problems[@]}" >&2
-    die "scale-out with the inotify limit lowered: ${problems[0]}"
-  fi
-  scale_in
+  end_step
   down
 }
 
