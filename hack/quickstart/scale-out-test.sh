@@ -25,9 +25,10 @@
 #     the MachinePool 0->10 with the manager's pprof endpoint on
 #     (--profiler-address): a goroutine profile every PROFILE_INTERVAL
 #     seconds (5) and a CPU profile of the scale-out into
-#     out/scale-out-test/profile/, then each machine's lifecycle events in
-#     seconds from the scale (Launched, Bootstrapping, Bootstrapped,
-#     PodCIDRsAllocated, Initialized), and the time to every Node Ready;
+#     out/scale-out-test/profile/, then when each machine's conditions
+#     turned True in seconds from the scale (Launched, Bootstrapped,
+#     Registered, PodCIDRAllocated, Initialized), and the time to every
+#     Node Ready;
 #     then 10->0 and down (PROFILE_KEEP=true leaves the clusters up;
 #     PROFILE_ARGS adds manager flags, e.g. --max-concurrent-bootstraps=0)
 #   scale-out-test.sh capacity   (make bench-node-capacity)
@@ -232,10 +233,13 @@ profile() {
   log "measured: MachinePool 0->$replicas to every Node Ready in $((SECONDS - start))s"
   wait "$cpu" || true
   kmgmt -n capct-system logs "$pod" >"$dir/manager.log" 2>&1 || true
-  # Each machine's lifecycle events, in seconds from the scale.
-  kmgmt get events -n "$namespace" -o json | jq -r --argjson t0 "$t0" --arg pool "$pool-" '
-    [.items[] | select(.involvedObject.kind == "ContainerMachine" and (.involvedObject.name | startswith($pool)))
-     | {m: .involvedObject.name, r: .reason, t: (((.firstTimestamp // .eventTime) | sub("\\.[0-9]+"; "") | fromdateiso8601) - $t0)}]
+  # When each machine's lifecycle conditions turned True, in seconds from
+  # the scale (the machines emit no events for them: a condition's
+  # transition time says the same).
+  kmgmt get containermachines -n "$namespace" -o json | jq -r --argjson t0 "$t0" --arg pool "$pool-" '
+    [.items[] | select(.metadata.name | startswith($pool)) | .status.conditions[]?
+     | select(.status == "True" and (.type | IN("Launched", "Bootstrapped", "Registered", "PodCIDRAllocated", "Initialized")))
+     | {r: .type, t: ((.lastTransitionTime | fromdateiso8601) - $t0)}]
     | group_by(.r) | .[] | "\(.[0].r): \([.[].t] | sort | map(tostring) | join(" "))"' | tee "$dir/timeline.txt" >&2
   log "profiles in $dir (go tool pprof -top $dir/cpu.pprof)"
   kill "$pf" 2>/dev/null || true
