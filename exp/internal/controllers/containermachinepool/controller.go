@@ -494,6 +494,14 @@ func (r *Reconciler) members(ctx context.Context, reader client.Reader, s *scope
 			m.outdated = outdated(cm, s.pool, s.machinePool)
 		}
 		m.failed, m.byHealthCheck = failure(cm, m.machine)
+		// Cluster API's MachinePool controller makes each member's Machine
+		// from its cache: a member deleted before it has one gets a Machine
+		// no one deletes at once, a replica over maxSurge until the orphan
+		// clean-up (seen in the ClusterClass upgrade spec, whose template
+		// and version change a second apart). A young member waits for its
+		// Machine before it is deleted; after awaitMachineFor it goes
+		// anyway, so that a missing Machine never holds the pool.
+		m.awaitingMachine = m.machine == nil && r.Clock.Since(cm.CreationTimestamp.Time) < awaitMachineFor
 		out = append(out, m)
 	}
 	return out, nil

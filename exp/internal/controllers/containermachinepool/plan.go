@@ -3,6 +3,7 @@ package containermachinepool
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -31,7 +32,14 @@ type member struct {
 	// diagnosed is true once a failed machine's diagnostics are kept: only
 	// then may it be deleted, and its container with it.
 	diagnosed bool
+	// awaitingMachine says Cluster API has not made the member's Machine
+	// yet, and the member is young: it is not deleted until it has one.
+	awaitingMachine bool
 }
+
+// awaitMachineFor bounds how long a member without a Machine is kept from
+// deletion (member.awaitingMachine).
+const awaitMachineFor = 30 * time.Second
 
 func (m member) name() string { return m.cm.Name }
 
@@ -197,7 +205,7 @@ func computePlan(members []member, desired int, st strategy) plan {
 			}
 			continue
 		}
-		wanted := m.outdated || upToDateExcess > 0
+		wanted := (m.outdated || upToDateExcess > 0) && !m.awaitingMachine
 		if wanted && m.provisioned() && available-1 < minAvailable {
 			// Deleting it would leave too few available machines: wait
 			// until replacements are provisioned.

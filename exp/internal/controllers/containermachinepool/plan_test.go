@@ -17,7 +17,7 @@ import (
 
 // m builds a member: age orders creation, flags are "o" outdated, "p"
 // provisioned, "d" delete-annotated, "x" deleting, "f" failed for good,
-// "k" its diagnostics kept.
+// "k" its diagnostics kept, "w" young and awaiting its Machine.
 func m(name string, age int, flags string) member {
 	cm := &infrav1.ContainerMachine{ObjectMeta: metav1.ObjectMeta{
 		Name: name, CreationTimestamp: metav1.NewTime(time.Unix(int64(1000-age), 0)),
@@ -37,6 +37,8 @@ func m(name string, age int, flags string) member {
 			mem.failed = "Registered=False TimedOut"
 		case 'k':
 			mem.diagnosed = true
+		case 'w':
+			mem.awaitingMachine = true
 		}
 	}
 	return mem
@@ -63,6 +65,11 @@ func TestComputePlan(t *testing.T) {
 		{"rollout keeps an unprovisioned surge machine", []member{m("a", 3, "po"), m("b", 2, "po"), m("c", 1, "po"), m("n", 0, "")}, 3, def, 0, "[]", ""},
 		{"rollout deletes one outdated per provisioned new", []member{m("a", 3, "po"), m("b", 2, "po"), m("c", 1, "po"), m("n", 0, "p")}, 3, def, 1, "[a]", ""},
 		{"unprovisioned outdated go at once", []member{m("a", 3, "o"), m("b", 2, "p"), m("c", 1, "p")}, 3, def, 1, "[a]", ""},
+		// A ClusterClass upgrade: the template, then the version a second
+		// later. The surge machine made for the template has no Machine
+		// yet; deleting it would leave Cluster API an orphan Machine over
+		// maxSurge, so it waits, and nothing more is made meanwhile.
+		{"an outdated machine awaiting its Machine is kept", []member{m("a", 3, "po"), m("b", 1, "ow")}, 1, def, 0, "[]", ""},
 		{"maxUnavailable without surge", []member{m("a", 3, "po"), m("b", 2, "po")}, 2,
 			resolveStrategy(expinfrav1.RollingUpdate{MaxSurge: ptr.To(intstr.FromInt32(0)), MaxUnavailable: ptr.To(intstr.FromString("50%"))}, 2), 1, "[a]", ""},
 
