@@ -134,8 +134,6 @@ func findNode(ctx context.Context, c client.Client, providerID, name string) (*c
 	return nil, nil
 }
 
-func ptrTrue(b *bool) bool { return b != nil && *b }
-
 // nodeRecheck is configured, or nodePoll.
 func nodeRecheck(configured time.Duration) time.Duration {
 	if configured > 0 {

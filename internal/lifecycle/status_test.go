@@ -276,7 +276,7 @@ func TestAStoppedContainerComesBackWithItsNode(t *testing.T) {
 	if TerminalCondition(cm) != nil || DerivePhase(cm) == infrav1.MachinePhaseFailed {
 		t.Fatalf("a stopped container failed the machine: %v", TerminalCondition(cm))
 	}
-	if !ptrTrue(cm.Status.Initialization.Provisioned) {
+	if !ptr.Deref(cm.Status.Initialization.Provisioned, false) {
 		t.Fatal("provisioned went back: the contract keeps it once set")
 	}
 	if _, err := e.runtime.Inspect(ctx, cpName); err != nil {
