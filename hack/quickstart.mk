@@ -81,6 +81,11 @@ test-restart: ## A real cluster survives an engine restart: stops and starts doc
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-rstest QUICKSTART_CLUSTER=rstest \
 		QUICKSTART_OUT=$(CURDIR)/out/restart-test hack/quickstart/restart-test.sh
 
+.PHONY: test-chaos
+test-chaos: ## CAPCT's manager SIGKILLed at 20 random points during a MachinePool 0->10 and the cluster's deletion, the engine restarted once mid-scale; then no leaked container or network, no duplicate pod CIDR, every Node Ready (run it alone; the Go test test/chaos)
+	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-chtest QUICKSTART_CLUSTER=chtest \
+		QUICKSTART_OUT=$(CURDIR)/out/chaos-test hack/quickstart/chaos-test.sh
+
 .PHONY: test-scale-out
 test-scale-out: ## MachinePool 0->10 real nodes and back, then again with the host's inotify instances nearly exhausted (the Go test test/scaleout)
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-sotest QUICKSTART_CLUSTER=sotest \

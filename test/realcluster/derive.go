@@ -224,3 +224,25 @@ func Tally(values []string) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// DuplicateCIDRs says, one line per CIDR, which CIDRs more than one owner
+// holds at once: owners maps an owner (a Node, a ContainerMachine's
+// record) to the CIDRs it holds. Empty strings are ignored; a CIDR held
+// twice by one owner is not a duplicate.
+func DuplicateCIDRs(owners map[string][]string) []string {
+	holders := map[string][]string{}
+	for _, owner := range slices.Sorted(maps.Keys(owners)) {
+		for _, cidr := range owners[owner] {
+			if cidr != "" && !slices.Contains(holders[cidr], owner) {
+				holders[cidr] = append(holders[cidr], owner)
+			}
+		}
+	}
+	var out []string
+	for _, cidr := range slices.Sorted(maps.Keys(holders)) {
+		if len(holders[cidr]) > 1 {
+			out = append(out, fmt.Sprintf("%s held by %s", cidr, strings.Join(holders[cidr], ", ")))
+		}
+	}
+	return out
+}

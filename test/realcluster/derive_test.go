@@ -257,3 +257,33 @@ func TestTimeline(t *testing.T) {
 		t.Errorf("TSV = %q, want %q", got, want)
 	}
 }
+
+func TestDuplicateCIDRs(t *testing.T) {
+	tests := []struct {
+		name   string
+		owners map[string][]string
+		want   []string
+	}{
+		{name: "nothing", owners: nil, want: nil},
+		{name: "distinct", owners: map[string][]string{"a": {"10.244.1.0/24"}, "b": {"10.244.2.0/24", "fd00:1::/64"}}, want: nil},
+		{name: "an owner listing one twice", owners: map[string][]string{"a": {"10.244.1.0/24", "10.244.1.0/24"}}, want: nil},
+		{name: "empty values", owners: map[string][]string{"a": {""}, "b": {""}}, want: nil},
+		{
+			name:   "two owners, one CIDR",
+			owners: map[string][]string{"node-b": {"10.244.1.0/24"}, "node-a": {"10.244.1.0/24"}, "node-c": {"10.244.3.0/24"}},
+			want:   []string{"10.244.1.0/24 held by node-a, node-b"},
+		},
+		{
+			name:   "the second family only",
+			owners: map[string][]string{"a": {"10.244.1.0/24", "fd00:1::/64"}, "b": {"10.244.2.0/24", "fd00:1::/64"}},
+			want:   []string{"fd00:1::/64 held by a, b"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := DuplicateCIDRs(tc.owners); !slices.Equal(got, tc.want) {
+				t.Errorf("DuplicateCIDRs = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -12,6 +12,8 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
 	dockerclient "github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/docker/go-connections/nat"
@@ -74,11 +76,7 @@ func (e *Engine) Inspect(ctx context.Context, name string) (container.InspectRes
 func (e *Engine) Containers(ctx context.Context, labels ...string) ([]container.Summary, error) {
 	ctx, cancel := context.WithTimeout(ctx, EngineTimeout)
 	defer cancel()
-	f := filters.NewArgs()
-	for _, l := range labels {
-		f.Add("label", l)
-	}
-	list, err := e.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	list, err := e.ContainerList(ctx, container.ListOptions{All: true, Filters: labelFilters(labels)})
 	if err != nil {
 		return nil, fmt.Errorf("failed to list the containers labelled %s on %s: %w", strings.Join(labels, ", "), e.Name, err)
 	}
@@ -168,4 +166,45 @@ func (e *Engine) HasImage(ctx context.Context, ref string) (bool, error) {
 		return false, fmt.Errorf("failed to inspect image %s on %s: %w", ref, e.Name, err)
 	}
 	return true, nil
+}
+
+// Networks lists the names of the networks that carry each of labels.
+func (e *Engine) Networks(ctx context.Context, labels ...string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, EngineTimeout)
+	defer cancel()
+	list, err := e.NetworkList(ctx, network.ListOptions{Filters: labelFilters(labels)})
+	if err != nil {
+		return nil, fmt.Errorf("failed to list the networks labelled %s on %s: %w", strings.Join(labels, ", "), e.Name, err)
+	}
+	names := make([]string, 0, len(list))
+	for _, n := range list {
+		names = append(names, n.Name)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// Volumes lists the names of the volumes that carry each of labels.
+func (e *Engine) Volumes(ctx context.Context, labels ...string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, EngineTimeout)
+	defer cancel()
+	list, err := e.VolumeList(ctx, volume.ListOptions{Filters: labelFilters(labels)})
+	if err != nil {
+		return nil, fmt.Errorf("failed to list the volumes labelled %s on %s: %w", strings.Join(labels, ", "), e.Name, err)
+	}
+	names := make([]string, 0, len(list.Volumes))
+	for _, v := range list.Volumes {
+		names = append(names, v.Name)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// labelFilters is a list filter on each of labels ("key=value" or "key").
+func labelFilters(labels []string) filters.Args {
+	f := filters.NewArgs()
+	for _, l := range labels {
+		f.Add("label", l)
+	}
+	return f
 }

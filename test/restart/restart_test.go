@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -92,16 +91,16 @@ func TestClusterSurvivesEngineRestart(t *testing.T) {
 	r.before = r.record(ctx, t)
 
 	r.states = startSampler(ctx, t, r, env.Out+"/restart-states.tsv")
-	pause(ctx, 4*time.Second) // a sample of the states before
+	realcluster.Pause(ctx, 4*time.Second) // a sample of the states before
 	r.tStop = time.Now()
-	engineControl(t, control, "engine-stop")
+	realcluster.EngineControl(t, control, "engine-stop")
 	t.Logf("engine stopped in %s", time.Since(r.tStop).Round(time.Second))
-	engineControl(t, control, "engine-start")
+	realcluster.EngineControl(t, control, "engine-start")
 	r.tAnswer = time.Now()
 	t.Logf("engine answers again %s after it was told to stop", r.tAnswer.Sub(r.tStop).Round(time.Second))
 
 	results, tNodes, tAvailable := r.waitForChecks(ctx, t, timeout)
-	pause(ctx, 4*time.Second) // a last sample
+	realcluster.Pause(ctx, 4*time.Second) // a last sample
 	r.states.stop()
 	t.Logf("states seen (seconds since the engine was told to stop; it answered again at +%ds), in %s:\n%s",
 		r.tAnswer.Unix()-r.tStop.Unix(), r.states.path, r.states.Table(r.tStop))
@@ -162,7 +161,7 @@ func (r *run) waitForChecks(ctx context.Context, t *testing.T, timeout time.Dura
 			}
 			return results, tNodes, tAvailable
 		}
-		pause(ctx, 3*time.Second)
+		realcluster.Pause(ctx, 3*time.Second)
 	}
 }
 
@@ -171,26 +170,6 @@ func result(what string, problems []string) string {
 		return "PASS  " + what
 	}
 	return "FAIL  " + what + ": " + strings.Join(problems, "; ")
-}
-
-// engineControl runs restart-test.sh's engine-stop or engine-start: the
-// script knows how this host runs its engine (systemd or a pid file) and
-// starts it again on failure, even when this test does not get to.
-func engineControl(t *testing.T, script, action string) {
-	t.Helper()
-	cmd := exec.CommandContext(t.Context(), script, action)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %s: %v", script, action, err)
-	}
-}
-
-// pause waits d, or less when ctx ends.
-func pause(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
 }
 
 // record takes the snapshot of what must survive.
@@ -485,7 +464,7 @@ func (r *run) podTraffic(ctx context.Context, t *testing.T, timeout time.Duratio
 		if time.Now().After(deadline) {
 			t.Fatalf("pod-to-pod traffic did not come back within %s of the engine answering: got %q (%v) from %s:8080, want %q", timeout, got, err, ip, want)
 		}
-		pause(ctx, 2*time.Second)
+		realcluster.Pause(ctx, 2*time.Second)
 	}
 }
 
@@ -513,6 +492,6 @@ func (r *run) serviceTraffic(ctx context.Context, t *testing.T) {
 		if try >= 30 {
 			t.Fatalf("the Service %s answered %q (%v), want %q", serverPod, got, err, want)
 		}
-		pause(ctx, 2*time.Second)
+		realcluster.Pause(ctx, 2*time.Second)
 	}
 }

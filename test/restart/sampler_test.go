@@ -57,7 +57,7 @@ func startSampler(ctx context.Context, t *testing.T, r *run, path string) *sampl
 					}
 				}
 			}
-			pause(ctx, 3*time.Second)
+			realcluster.Pause(ctx, 3*time.Second)
 		}
 	}()
 	var once sync.Once

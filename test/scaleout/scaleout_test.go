@@ -91,7 +91,7 @@ func (p *pool) scaleIn(ctx context.Context, t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("300s after scaling to 0, the pool's machines, Nodes or containers are still there: %s", strings.Join(left, "; "))
 		}
-		pause(ctx, 2*time.Second)
+		realcluster.Pause(ctx, 2*time.Second)
 	}
 	t.Logf("MachinePool %s at 0, every machine, Node and container gone, in %s", p.name, time.Since(start).Round(time.Second))
 }
@@ -141,7 +141,7 @@ func (p *pool) scaleOutExhausted(ctx context.Context, t *testing.T, replicas, he
 				break
 			}
 		}
-		pause(ctx, 3*time.Second)
+		realcluster.Pause(ctx, 3*time.Second)
 	}
 	machines, err := p.ContainerMachines(ctx)
 	if err != nil {
@@ -278,12 +278,4 @@ func inotifyInUse() int {
 		}
 	}
 	return n
-}
-
-// pause waits d, or less when ctx ends.
-func pause(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
 }

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# make test-chaos (docs/restarts.md, "Chaos"): CAPCT's manager killed with
+# SIGKILL at 20 random points during a MachinePool 0->10 and the cluster's
+# deletion, and the engine restarted once in the middle of the scale-out.
+#
+# Through the quickstart's machinery (it sources quickstart.sh), under its
+# own names: management cluster capct-chtest, workload cluster chtest of one
+# control plane and an empty MachineDeployment and MachinePool, files in
+# out/chaos-test/. It brings the clusters up, then runs the Go test
+# test/chaos (build tag realcluster; output also in out/chaos-test/go-test.log),
+# which scales, kills, restarts the engine through restart-test.sh's
+# engine-stop and engine-start, deletes the cluster and checks what is left;
+# then the quickstart's down, which must find nothing of the cluster.
+#
+# Variables (the Go test reads them): CHAOS_KILLS (20 in all),
+# CHAOS_DELETE_KILLS (6 of them during the deletion), CHAOS_REPLICAS (10),
+# CHAOS_MAX_WORK (12: the most seconds a new manager leads before it is
+# killed), CHAOS_SEED (random; the test logs it, to replay a run).
+#
+# It stops the engine: run it alone, under the Docker lock
+# (flock /tmp/capct-docker.lock make test-chaos) where others share it.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+export MGMT_NAME=${MGMT_NAME:-capct-chtest}
+export QUICKSTART_CLUSTER=${QUICKSTART_CLUSTER:-chtest}
+export QUICKSTART_OUT=${QUICKSTART_OUT:-$root/out/chaos-test}
+export QUICKSTART_WORKERS=0
+export LOG_NAME=chaos-test
+# shellcheck source=hack/quickstart/quickstart.sh
+source "$root/hack/quickstart/quickstart.sh"
+
+engine_state=$QS_OUT/engine-stopped
+
+# go_test PACKAGE TIMEOUT [NAME=VALUE...]: runs the Go tests of PACKAGE
+# (build tag realcluster) against the clusters up now, with where they are
+# in REALCLUSTER_* (test/realcluster) and the variables given; the output
+# also in $QS_OUT/go-test.log.
+go_test() {
+  log "go test -tags realcluster ./$1 (output also in $QS_OUT/go-test.log)"
+  (cd "$QS_ROOT" && env REALCLUSTER_MGMT_KUBECONFIG="$mgmt_kubeconfig" REALCLUSTER_KUBECONFIG="$kubeconfig" \
+    REALCLUSTER_CLUSTER="$cluster" REALCLUSTER_NAMESPACE="$namespace" REALCLUSTER_MGMT_NAME="$mgmt_name" \
+    REALCLUSTER_KUBECTL="$kubectl" REALCLUSTER_OUT="$QS_OUT" REALCLUSTER_NODE_TIMEOUT="$timeout" "${@:3}" \
+    go test -tags realcluster -count=1 -v -timeout "$2" "./$1") 2>&1 | tee "$QS_OUT/go-test.log" >&2
+}
+
+on_failure() {
+  # The test may have failed with the engine stopped.
+  if [[ -e "$engine_state" ]]; then
+    log "starting the engine again"
+    "$QS_ROOT/hack/quickstart/restart-test.sh" engine-start || log "could not start the engine; see /var/log/capct-dockerd.log"
+  fi
+  diagnose
+  if $remove_on_failure; then
+    remove_on_failure=false
+    log "---- removing the test's clusters"
+    (delete_timeout=120 down) || true
+  fi
+}
+
+main() {
+  remove_on_failure=true
+  rm -f "$engine_state"
+  step "compile test/chaos"
+  (cd "$QS_ROOT" && go test -tags realcluster -c -o /dev/null ./test/chaos)
+  up
+  step "kill the manager during a MachinePool 0->10 and the deletion; restart the engine once (test/chaos)"
+  go_test test/chaos 60m RESTART_ENGINE_CONTROL="$QS_ROOT/hack/quickstart/restart-test.sh"
+  end_step
+  down
+}
+
+main
