@@ -12,10 +12,13 @@
 # engine-stop and engine-start, deletes the cluster and checks what is left;
 # then the quickstart's down, which must find nothing of the cluster.
 #
-# Variables (the Go test reads them): CHAOS_KILLS (20 in all),
-# CHAOS_DELETE_KILLS (6 of them during the deletion), CHAOS_REPLICAS (10),
-# CHAOS_MAX_WORK (12: the most seconds a new manager leads before it is
-# killed), CHAOS_SEED (random; the test logs it, to replay a run).
+# Variables (the Go test reads them): CHAOS_KILLS (20 in all: during the
+# scale-out until every Node is Ready, the rest during the deletion),
+# CHAOS_DELETE_KILLS (at least 6 of them for the deletion),
+# CHAOS_RESTART_AFTER (the engine restarts after the 3rd kill),
+# CHAOS_REPLICAS (10), CHAOS_MAX_WORK (8: the most seconds a new manager
+# leads before it is killed), CHAOS_SEED (random; the test logs it, to
+# replay a run).
 #
 # It stops the engine: run it alone, under the Docker lock
 # (flock /tmp/capct-docker.lock make test-chaos) where others share it.
