@@ -15,8 +15,8 @@
 # Variables (the Go test reads them): CHAOS_KILLS (20 in all: during the
 # scale-out until every Node is Ready, the rest during the deletion),
 # CHAOS_DELETE_KILLS (at least 6 of them for the deletion),
-# CHAOS_RESTART_AFTER (the engine restarts after the 3rd kill),
-# CHAOS_REPLICAS (10), CHAOS_MAX_WORK (8: the most seconds a new manager
+# CHAOS_RESTART_AFTER (the engine restarts after the 5th kill),
+# CHAOS_REPLICAS (10), CHAOS_MAX_WORK (4: the most seconds a new manager
 # leads before it is killed), CHAOS_SEED (random; the test logs it, to
 # replay a run).
 #

@@ -36,6 +36,10 @@ const (
 	leaseName        = "controller-leader-election-capct"
 )
 
+// minWork is the least time a new manager leads before it is killed: one
+// reconcile's worth, so that some kills land in the middle of one.
+const minWork = 500 * time.Millisecond
+
 // leaderBound bounds the wait for a new manager to lead: a pod to start
 // and the killed one's lease (15 s) to run out; after the engine restart,
 // the management cluster's boot too.
@@ -68,10 +72,10 @@ type kill struct {
 // TestManagerKilledDuringScaleOutAndDeletion kills CAPCT's manager
 // CHAOS_KILLS times (20) while there is work to do: during a MachinePool
 // scale from 0 to CHAOS_REPLICAS (10) until every Node is Ready, with one
-// engine restart after kill CHAOS_RESTART_AFTER (3), and the rest during
+// engine restart after kill CHAOS_RESTART_AFTER (5), and the rest during
 // the cluster's deletion, at least CHAOS_DELETE_KILLS (6) of them. Each
-// kill comes after the new manager has led for a random time of up to
-// CHAOS_MAX_WORK seconds (8), drawn from CHAOS_SEED (random, logged, to
+// kill comes after the new manager has led for a random time of 0.5 s to
+// CHAOS_MAX_WORK seconds (4), drawn from CHAOS_SEED (random, logged, to
 // replay a run). Then: every Node Ready; no pod CIDR held twice at once by
 // the Nodes or by CAPCT's records, sampled every 2 s throughout; the
 // deletion finished; nothing of the cluster left on the engine.
@@ -80,7 +84,7 @@ func TestManagerKilledDuringScaleOutAndDeletion(t *testing.T) {
 	total := realcluster.Int(t, "CHAOS_KILLS", 20)
 	deleteKills := realcluster.Int(t, "CHAOS_DELETE_KILLS", 6)
 	replicas := realcluster.Int(t, "CHAOS_REPLICAS", 10)
-	restartAfter := realcluster.Int(t, "CHAOS_RESTART_AFTER", 3)
+	restartAfter := realcluster.Int(t, "CHAOS_RESTART_AFTER", 5)
 	if deleteKills >= total {
 		t.Fatalf("CHAOS_DELETE_KILLS=%d must be less than CHAOS_KILLS=%d", deleteKills, total)
 	}
@@ -98,7 +102,7 @@ func TestManagerKilledDuringScaleOutAndDeletion(t *testing.T) {
 		Clusters: realcluster.Connect(t, env),
 		engine:   realcluster.NewEngine(t, "the engine", ""),
 		rng:      rand.New(rand.NewPCG(seed, seed)),
-		maxWork:  realcluster.Seconds(t, "CHAOS_MAX_WORK", 8),
+		maxWork:  realcluster.Seconds(t, "CHAOS_MAX_WORK", 4),
 		control:  control,
 		pool:     env.Cluster + "-mp-0",
 	}
@@ -120,6 +124,7 @@ func TestManagerKilledDuringScaleOutAndDeletion(t *testing.T) {
 			t.Fatal(err)
 		}
 		scaleTook = time.Since(start)
+		c.checkWorkerContainers(ctx, t, replicas)
 		t.Logf("measured: MachinePool 0->%d to every Node Ready in %s, with %d kills and an engine restart", replicas, scaleTook.Round(time.Second), landed)
 	})
 	t.Run("no_duplicate_pod_CIDRs", func(t *testing.T) {
@@ -168,7 +173,7 @@ func (c *chaos) killRepeatedly(ctx context.Context, t *testing.T, phase string, 
 			t.Fatalf("before kill %d of the %s: %v", i, phase, err)
 		}
 		led := time.Now()
-		work := time.Second + time.Duration(c.rng.Int64N(int64(c.maxWork-time.Second)+1))
+		work := minWork + time.Duration(c.rng.Int64N(int64(c.maxWork-minWork)+1))
 		realcluster.Pause(ctx, work)
 		if done(ctx) {
 			t.Logf("the %s was over before kill %d of up to %d", phase, i, n)
@@ -395,6 +400,24 @@ func (c *chaos) waitNodes(ctx context.Context, t *testing.T, replicas int) error
 	}
 }
 
+// checkWorkerContainers fails t unless the engine holds exactly replicas
+// worker containers of the cluster: a kill between making a container and
+// recording it must not leave a second one behind.
+func (c *chaos) checkWorkerContainers(ctx context.Context, t *testing.T, replicas int) {
+	t.Helper()
+	workers, err := c.engine.Containers(ctx, container.LabelCluster+"="+c.Env.Cluster, container.LabelRole+"="+string(container.RoleWorker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(workers) != replicas {
+		names := make([]string, 0, len(workers))
+		for _, w := range workers {
+			names = append(names, realcluster.Name(w))
+		}
+		t.Errorf("%d worker containers for %d replicas: %s", len(workers), replicas, strings.Join(names, " "))
+	}
+}
+
 // deleteCluster deletes the Cluster, as kubectl delete does.
 func (c *chaos) deleteCluster(ctx context.Context, t *testing.T) {
 	t.Helper()
@@ -486,8 +509,8 @@ func (c *chaos) report(t *testing.T, scaleTook, deleteTook time.Duration) {
 	for i, k := range c.kills {
 		fmt.Fprintf(&b, "\n  %2d  %-9s +%-5s led %-4s %s", i+1, k.phase, k.at.Round(time.Second), k.work.Round(time.Second), k.machines)
 	}
-	t.Logf("figures: %d kills (each after the new manager led for 1-%s), 1 engine restart; scale-out to every Node Ready %s, deletion %s; kills:%s",
-		len(c.kills), c.maxWork, scaleTook.Round(time.Second), deleteTook.Round(time.Second), b.String())
+	t.Logf("figures: %d kills (each after the new manager led for %s-%s), 1 engine restart; scale-out to every Node Ready %s, deletion %s; kills:%s",
+		len(c.kills), minWork, c.maxWork, scaleTook.Round(time.Second), deleteTook.Round(time.Second), b.String())
 	if n := realcluster.Int(t, "CHAOS_KILLS", 20); len(c.kills) < n {
 		t.Logf("%d of the %d kills landed: the work was done before the rest", len(c.kills), n)
 	}
