@@ -1,7 +1,7 @@
 // Package realcluster is what the Go tests of real clusters share: the
 // tests of make test-restart (test/restart), make test-scale-out
-// (test/scaleout) and the two-engine cluster of make test-multihost
-// (test/multihost/cluster). Their scripts bring the clusters up through the
+// (test/scaleout), make test-chaos (test/chaos) and the two-engine cluster
+// of make test-multihost (test/multihost/cluster). Their scripts bring the clusters up through the
 // quickstart's machinery and pass where they are in REALCLUSTER_*
 // variables (Env); this package connects to them (the management cluster
 // with controller-runtime, the workload cluster with client-go, engines
