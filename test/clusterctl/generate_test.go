@@ -42,6 +42,8 @@ var flavors = map[string][]string{
 		"CAPCT_SERVICE_CIDR", "CAPCT_SERVICE_DOMAIN"},
 	"dualstack": {"CAPCT_LB_IMAGE", "CAPCT_NETWORK", "CAPCT_NETWORK_MODE", "CAPCT_NODE_IMAGE", "CAPCT_NODE_MASK_SIZE", "CAPCT_NODE_MASK_SIZE_IPV6",
 		"CAPCT_POD_CIDR", "CAPCT_POD_CIDR_IPV6", "CAPCT_SERVICE_CIDR", "CAPCT_SERVICE_CIDR_IPV6", "CAPCT_SERVICE_DOMAIN"},
+	"ipv6": {"CAPCT_LB_IMAGE", "CAPCT_NETWORK", "CAPCT_NETWORK_MODE", "CAPCT_NODE_IMAGE", "CAPCT_NODE_MASK_SIZE_IPV6",
+		"CAPCT_POD_CIDR_IPV6", "CAPCT_SERVICE_CIDR_IPV6", "CAPCT_SERVICE_DOMAIN"},
 	"topology": {"CAPCT_LB_IMAGE", "CAPCT_NETWORK", "CAPCT_NETWORK_MODE", "CAPCT_NODE_IMAGE_REPOSITORY", "CAPCT_NODE_MASK_SIZE", "CAPCT_POD_CIDR",
 		"CAPCT_SERVICE_CIDR", "CAPCT_SERVICE_DOMAIN"},
 	"multihost": {"CAPCT_ENGINES", "CAPCT_LB_IMAGE", "CAPCT_NETWORK", "CAPCT_NETWORK_MODE", "CAPCT_NODE_IMAGE", "CAPCT_NODE_MASK_SIZE",
@@ -60,8 +62,8 @@ var commonVariables = []string{"CLUSTER_NAME", "CONTROL_PLANE_MACHINE_COUNT", "K
 func TestReleaseLayout(t *testing.T) {
 	requireRelease(t)
 	want := []string{"infrastructure-components.yaml", "metadata.yaml", "cluster-template.yaml",
-		"cluster-template-machinepool.yaml", "cluster-template-dualstack.yaml", "cluster-template-topology.yaml",
-		"clusterclass-quick-start.yaml"}
+		"cluster-template-machinepool.yaml", "cluster-template-dualstack.yaml", "cluster-template-ipv6.yaml",
+		"cluster-template-topology.yaml", "clusterclass-quick-start.yaml"}
 	for _, f := range want {
 		if _, err := os.Stat(releaseFile(f)); err != nil {
 			t.Errorf("release file %s: %v", f, err)
@@ -440,6 +442,7 @@ func checkKubeletPatch(t *testing.T, o unstructured.Unstructured, spec map[strin
 var healthChecked = map[string][]map[string]string{
 	"":            {controlPlaneSelector, mdSelector},
 	"dualstack":   {controlPlaneSelector, mdSelector},
+	"ipv6":        {controlPlaneSelector, mdSelector},
 	"multihost":   {controlPlaneSelector, mdSelector},
 	"machinepool": {controlPlaneSelector, mpSelector},
 	"quickstart":  {controlPlaneSelector, mdSelector, mpSelector},
