@@ -16,7 +16,10 @@ type IPFamily string
 const (
 	// IPv4Family gives containers IPv4 addresses only.
 	IPv4Family IPFamily = "IPv4"
-	// IPv6Family gives containers IPv6 addresses only.
+	// IPv6Family gives containers IPv6 addresses, and the cluster IPv6
+	// pods, Services and Node addresses only. A Docker bridge network has
+	// IPv4 as well, so the load balancer keeps an IPv4 address, which is
+	// the control-plane endpoint (what a management cluster reaches).
 	IPv6Family IPFamily = "IPv6"
 	// DualStackFamily gives containers one address of each family.
 	DualStackFamily IPFamily = "DualStack"

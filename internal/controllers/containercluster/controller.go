@@ -296,8 +296,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 		return ctrl.Result{}, err
 	}
 	if cc.Spec.ControlPlaneEndpoint.Host == "" {
+		// The load balancer's IPv4 address whenever it has one, whatever
+		// the cluster's family: the management cluster's controllers must
+		// reach the endpoint, and their pods are usually IPv4 only. What
+		// runs in an IPv6 cluster (pods, Services, Nodes' addresses) is
+		// IPv6 all the same. IPv6 where the network has no IPv4 (Podman).
 		host := lbContainer.IPv4
-		if family == container.IPv6 || !host.IsValid() {
+		if !host.IsValid() {
 			host = lbContainer.IPv6
 		}
 		if !host.IsValid() {

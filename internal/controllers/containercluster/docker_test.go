@@ -297,6 +297,31 @@ func TestUnmanagedNetworkIsUsedAndKept(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), "the Unmanaged network was deleted with the cluster")
 }
 
+// TestAnIPv6ClusterIsReachedOverIPv4 makes a cluster of family IPv6 on a
+// Managed network: its load balancer gets both families (a bridge network
+// always has IPv4), and the control-plane endpoint is the IPv4 address,
+// which a management cluster whose pods are IPv4 only reaches; the
+// frontend serves IPv6 too.
+func TestAnIPv6ClusterIsReachedOverIPv4(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	cc, cluster := createCluster(ctx, g, "ipv6-", infrav1.NetworkSpec{IPFamily: infrav1.IPv6Family})
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
+		g.Expect(cc.Status.Initialization.Provisioned).To(Equal(ptr.To(true)), "LoadBalancerAvailable: %v", conditions.Get(cc, infrav1.LoadBalancerAvailableCondition))
+	}, 90*time.Second, 200*time.Millisecond).Should(Succeed())
+	lb, err := rt.Inspect(ctx, naming.LoadBalancerName(cluster.Namespace, cluster.Name))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(lb.IPv6.IsValid()).To(BeTrue(), "the load balancer of an IPv6 cluster has no IPv6 address")
+	g.Expect(lb.IPv4.IsValid()).To(BeTrue(), "the load balancer has no IPv4 address")
+	g.Expect(cc.Spec.ControlPlaneEndpoint.Host).To(Equal(lb.IPv4.String()))
+	g.Expect(env.Client.Delete(ctx, cluster)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cc), &infrav1.ContainerCluster{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
+	}, 60*time.Second, 200*time.Millisecond).Should(Succeed())
+}
+
 // wake changes an annotation of cc, which brings a reconcile, with a merge
 // patch: a Get and Update would conflict with the controller's own status
 // writes now and then, and fail the test.
