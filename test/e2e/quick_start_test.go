@@ -17,7 +17,6 @@ import (
 	clusterctlcluster "sigs.k8s.io/cluster-api/cmd/clusterctl/client/cluster"
 	capie2e "sigs.k8s.io/cluster-api/test/e2e"
 	"sigs.k8s.io/cluster-api/test/framework"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 var _ = Describe("When following the Cluster API quick-start", Label("quick-start"), func() {
@@ -207,12 +206,14 @@ func validateIPv6Only(mgmt framework.ClusterProxy, namespace, clusterName string
 	defer func() { Expect(c.Delete(ctx, svc)).To(Succeed()) }()
 	Expect(ipFamilies(svc.Spec.ClusterIPs)).To(Equal([]string{"IPv6"}), "Service %s's cluster IPs %v", svc.Name, svc.Spec.ClusterIPs)
 	By("Checking that CoreDNS, on the pod network, is available through the cluster's DNS Service")
+	cs := workload.GetClientSet()
 	Eventually(func(g Gomega) {
-		dns := &corev1.Service{}
-		g.Expect(c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "kube-dns"}, dns)).To(Succeed())
+		dns, err := cs.CoreV1().Services(metav1.NamespaceSystem).Get(ctx, "kube-dns", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(ipFamilies(dns.Spec.ClusterIPs)).To(Equal([]string{"IPv6"}))
-		endpointSlices := &discoveryv1.EndpointSliceList{}
-		g.Expect(c.List(ctx, endpointSlices, client.InNamespace(metav1.NamespaceSystem), client.MatchingLabels{discoveryv1.LabelServiceName: "kube-dns"})).To(Succeed())
+		endpointSlices, err := cs.DiscoveryV1().EndpointSlices(metav1.NamespaceSystem).List(ctx,
+			metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kube-dns"})
+		g.Expect(err).NotTo(HaveOccurred())
 		ready := 0
 		for _, s := range endpointSlices.Items {
 			g.Expect(s.AddressType).To(Equal(discoveryv1.AddressTypeIPv6))
@@ -225,7 +226,6 @@ func validateIPv6Only(mgmt framework.ClusterProxy, namespace, clusterName string
 		g.Expect(ready).To(BeNumerically(">", 0), "no ready CoreDNS endpoint")
 	}, 3*time.Minute, 5*time.Second).Should(Succeed())
 	By("Checking pod and Service traffic over IPv6: the API server's service proxy and a NodePort to CoreDNS")
-	cs := workload.GetClientSet()
 	nodePort := createProbeService(cs)
 	for name, check := range map[string]func(context.Context) (failureClass, error){
 		"api-proxy": apiProxyCheck(cs),
