@@ -25,8 +25,8 @@ import (
 // engine never hold up another's. Machines that ask for a slot when none is
 // free wait in line and are woken when one frees up, first come first
 // served, except that while machines of other namespaces wait, a namespace
-// that holds its share of the engine's slots (half of them) waits behind
-// them (nextInLine).
+// that holds its share of the engine's slots (half of them, rounded down)
+// waits behind them (nextInLine).
 type BootstrapRunner struct {
 	base   context.Context
 	notify func(types.NamespacedName)
@@ -186,15 +186,20 @@ func (p *slotPool) dequeue(key types.NamespacedName) bool {
 
 // nextInLine returns the machines of queue that take an engine's free
 // slots, given its limit (0: none) and the machines that hold slots. The
-// slots go in the order of the line, but a machine whose namespace holds its
-// share of the slots (half, at least one) gives way to the machines behind
-// it of namespaces under their share: one tenant that fills the line, or
-// whose bootstraps never end, cannot keep the others from every slot.
-// Slots no one under their share wants go in the order of the line, so a
-// namespace alone on an engine may use all of its slots; slots are never
-// taken back, so a namespace holding more than its share when others come
-// is brought down to it as its bootstraps end (each within its bounded
-// bootstrapTimeout).
+// slots go in the order of the line, but while machines of another
+// namespace wait, a namespace never takes a slot beyond its share: half of
+// the limit rounded down, at least one. A machine whose namespace holds its
+// share gives way to the machines behind it of namespaces under theirs, and
+// when every namespace in line holds its share, the slot stays free until a
+// bootstrap ends. Half rounded down, and the slot left free, make the share
+// exact for an odd limit: of 3 or 5 slots no namespace takes 2 or 3 while
+// another waits, so a tenant whose bootstraps never end holds at most half
+// of an engine's slots against others, as with an even limit, and never a
+// majority. At least one, so that a limit of 1 still serves the line in
+// turn. A namespace alone in line takes every free slot, so a tenant alone
+// on an engine may use all of them; slots are never taken back, so a
+// namespace holding more than its share when others come is brought down to
+// it as its bootstraps end (each within its bounded bootstrapTimeout).
 func nextInLine(limit int, held map[types.NamespacedName]bool, queue []types.NamespacedName) []types.NamespacedName {
 	if limit == 0 {
 		return slices.Clone(queue)
@@ -215,7 +220,7 @@ func nextInLine(limit int, held map[types.NamespacedName]bool, queue []types.Nam
 			}
 		}
 		if pick < 0 {
-			pick = slices.Index(taken, false)
+			pick = aloneInLine(queue, taken)
 		}
 		if pick < 0 {
 			break
@@ -225,6 +230,23 @@ func nextInLine(limit int, held map[types.NamespacedName]bool, queue []types.Nam
 		next = append(next, queue[pick])
 	}
 	return next
+}
+
+// aloneInLine returns the first machine of queue not taken when every
+// machine not taken is of one namespace, and -1 otherwise (or when none
+// waits).
+func aloneInLine(queue []types.NamespacedName, taken []bool) int {
+	first := -1
+	for i, k := range queue {
+		switch {
+		case taken[i]:
+		case first < 0:
+			first = i
+		case k.Namespace != queue[first].Namespace:
+			return -1
+		}
+	}
+	return first
 }
 
 // Run makes sure a job runs for key's attempt: launch (when not nil), then

@@ -18,7 +18,7 @@ func machineIn(ns, name string) types.NamespacedName {
 
 func TestNextInLine(t *testing.T) {
 	a1, a2, a3, a4 := machineIn("a", "1"), machineIn("a", "2"), machineIn("a", "3"), machineIn("a", "4")
-	b1, b2 := machineIn("b", "1"), machineIn("b", "2")
+	b1, b2, b3 := machineIn("b", "1"), machineIn("b", "2"), machineIn("b", "3")
 	c1 := machineIn("c", "1")
 	held := func(keys ...types.NamespacedName) map[types.NamespacedName]bool {
 		m := map[types.NamespacedName]bool{}
@@ -47,6 +47,19 @@ func TestNextInLine(t *testing.T) {
 		{name: "others at their share: the freed slot goes in line order", limit: 4, held: held(a1, b1, b2), queue: []types.NamespacedName{a2, b2},
 			want: []types.NamespacedName{a2}},
 		{name: "a limit of one is never held back", limit: 1, queue: []types.NamespacedName{a1, b1}, want: []types.NamespacedName{a1}},
+		{name: "a limit of one goes to a namespace alone in line again", limit: 1, queue: []types.NamespacedName{a2, a3}, want: []types.NamespacedName{a2}},
+		// An odd limit: the share is half rounded down, and no namespace
+		// takes a slot beyond it while another waits, even when the slot
+		// then stays free.
+		{name: "limit 3: two namespaces at their share leave the odd slot free", limit: 3, held: held(a1, b1), queue: []types.NamespacedName{a2, b2}},
+		{name: "limit 3: a line filled by one namespace stops at its share while another waits", limit: 3,
+			queue: []types.NamespacedName{a1, a2, a3, b1, b2}, want: []types.NamespacedName{a1, b1}},
+		{name: "limit 3: a namespace alone in line takes the odd slot", limit: 3, held: held(a1, b1), queue: []types.NamespacedName{a2, a3},
+			want: []types.NamespacedName{a2}},
+		{name: "limit 5: a namespace at its share never takes the odd slot from one waiting", limit: 5, held: held(a1, a2, b1),
+			queue: []types.NamespacedName{a3, b2, b3}, want: []types.NamespacedName{b2}},
+		{name: "limit 5: a third namespace takes the odd slot", limit: 5, held: held(a1, a2, b1, b2), queue: []types.NamespacedName{a3, b3, c1},
+			want: []types.NamespacedName{c1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.held == nil {

@@ -236,3 +236,38 @@ func TestEnginesAllowNamespaces(t *testing.T) {
 	cluster.Spec.Engines = append(cluster.Spec.Engines, infrav1.ClusterEngine{Name: "allows-none"})
 	refusedAt(t, env.Client.Update(ctx, cluster), "spec.engines[2].name", "team-a")
 }
+
+// TestTheManagersOwnEngineRefusesNamespacesThePolicyLeavesOut creates a
+// cluster that lists no engines in a namespace testPolicy's --local-engine-*
+// flags leave out: the refusal names spec.engines, the namespace and both
+// flags, so that the user knows whom to ask. The same cluster listing an
+// engine is left to that engine's allowedNamespaces.
+func TestTheManagersOwnEngineRefusesNamespacesThePolicyLeavesOut(t *testing.T) {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "local-engine-refused"}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		t.Fatalf("failed to create Namespace %s: %v", ns.Name, err)
+	}
+	local := clusterOnEngines("local")
+	local.Namespace = ns.Name
+	err := env.Client.Create(ctx, local)
+	if err == nil {
+		t.Cleanup(func() { _ = env.Client.Delete(ctx, local) })
+		t.Fatal("the API server accepted a cluster on the manager's own engine in a namespace its policy leaves out")
+	}
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("want an Invalid error, got %v", err)
+	}
+	for _, want := range []string{"spec.engines: Forbidden", "does not allow namespace local-engine-refused",
+		"--local-engine-allowed-namespaces", "--local-engine-namespace-selector"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal does not say %q: %v", want, err)
+		}
+	}
+	onEngine := clusterOnEngines("on-engine", "not-yet-created")
+	onEngine.Namespace = ns.Name
+	if err := env.Client.Create(ctx, onEngine); err != nil {
+		t.Fatalf("a cluster that lists an engine was refused by the manager's own engine's policy: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, onEngine) })
+}

@@ -48,7 +48,9 @@ func TestHostPortsAreRefusedOnlyWhereMachinesMeet(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = env.Client.Delete(ctx, obj) })
 	}
-	create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: portsNamespace}})
+	// Labelled so that its cluster on the manager's engine (local-c) is
+	// let in by testPolicy's --local-engine-namespace-selector.
+	create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: portsNamespace, Labels: localEngineAllowed}})
 	// ports-own reaches the manager's own engine under another name.
 	create(engine("ports-own", "", func(s *infrav1.ContainerEngineSpec) { s.AllowedNamespaces = &infrav1.AllowedNamespaces{} }))
 	for _, c := range []struct {

@@ -35,6 +35,15 @@ import (
 // starts in well under a second.
 const shippedNamespace = "shipped-defaults"
 
+// shippedLabel, with shippedLabelValue, marks the namespaces whose objects
+// meet the shipped defaults: shippedNamespace, and the namespaces of their
+// own that hostile cases make in the shipped run. A label rather than the
+// namespaces' names, which are not all known when the webhooks are split.
+const (
+	shippedLabel      = "capct.test/policy"
+	shippedLabelValue = "shipped-defaults"
+)
+
 // managerManifest is the manager's Deployment as `clusterctl init`
 // installs it: the one place the policy flags' defaults live.
 const managerManifest = "../../config/manager/manager.yaml"
@@ -76,7 +85,9 @@ func startShippedWebhooks(ctx context.Context, env *envtest.Environment) error {
 	if err := webhooks.SetupWithManager(mgr, &p); err != nil {
 		return err
 	}
-	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: shippedNamespace}}); err != nil {
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: shippedNamespace, Labels: map[string]string{shippedLabel: shippedLabelValue},
+	}}); err != nil {
 		return fmt.Errorf("failed to create namespace %s: %w", shippedNamespace, err)
 	}
 	if err := splitValidatingWebhooks(ctx, env.Client, strconv.Itoa(own.Options.Port), strconv.Itoa(port)); err != nil {
@@ -88,8 +99,8 @@ func startShippedWebhooks(ctx context.Context, env *envtest.Environment) error {
 }
 
 // splitValidatingWebhooks keeps each of the environment's validating
-// webhooks (on port own) off shippedNamespace, and adds a copy on port
-// shipped for shippedNamespace alone. The mutating webhook (the endpoint
+// webhooks (on port own) off the namespaces labelled shippedLabel, and adds
+// a copy on port shipped for those namespaces alone. The mutating webhook (the endpoint
 // port's default) reads no policy and stays as it is.
 func splitValidatingWebhooks(ctx context.Context, c client.Client, own, shipped string) error {
 	list := &admissionv1.ValidatingWebhookConfigurationList{}
@@ -129,15 +140,16 @@ func splitValidatingWebhooks(ctx context.Context, c client.Client, own, shipped 
 	return nil
 }
 
-// namespaceSelector is s with shippedNamespace selected (op In) or left out
-// (op NotIn), by the name label the API server puts on every namespace.
+// namespaceSelector is s with the namespaces labelled shippedLabel selected
+// (op In) or left out (op NotIn, which also selects a namespace without the
+// label).
 func namespaceSelector(s *metav1.LabelSelector, op metav1.LabelSelectorOperator) *metav1.LabelSelector {
 	out := &metav1.LabelSelector{}
 	if s != nil {
 		out = s.DeepCopy()
 	}
 	out.MatchExpressions = append(out.MatchExpressions, metav1.LabelSelectorRequirement{
-		Key: corev1.LabelMetadataName, Operator: op, Values: []string{shippedNamespace},
+		Key: shippedLabel, Operator: op, Values: []string{shippedLabelValue},
 	})
 	return out
 }

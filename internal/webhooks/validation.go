@@ -32,8 +32,10 @@ func invalid(gk schema.GroupKind, name string, errs field.ErrorList) error {
 
 // containerClusterValidator applies the policy to a ContainerCluster's
 // network and load-balancer image, and refuses engines that do not allow
-// the cluster's namespace. reader reads ContainerEngines and Namespaces
-// uncached, so that an engine narrowed a moment ago is seen.
+// the cluster's namespace, the manager's own engine included (a cluster
+// that lists none). reader reads ContainerEngines and Namespaces uncached,
+// so that an engine narrowed, or a Namespace labelled, a moment ago is
+// seen.
 type containerClusterValidator struct {
 	policy *policy.Policy
 	reader client.Reader
@@ -60,7 +62,54 @@ func (v *containerClusterValidator) validate(ctx context.Context, c *infrav1.Con
 	if err != nil {
 		return nil, err
 	}
-	return nil, invalid(infrav1.GroupVersion.WithKind("ContainerCluster").GroupKind(), c.Name, append(errs, refused...))
+	local, err := v.localEngineNotAllowed(ctx, c, old)
+	if err != nil {
+		return nil, err
+	}
+	return nil, invalid(infrav1.GroupVersion.WithKind("ContainerCluster").GroupKind(), c.Name, add(append(errs, refused...), local))
+}
+
+// localEngineNotAllowed refuses a cluster that lists no engines, and so
+// runs its machines on the manager's own engine (the host the manager runs
+// on), in a namespace the manager's --local-engine-allowed-namespaces does
+// not list and --local-engine-namespace-selector does not select
+// (engines.LocalAllowsNamespace, which the controller asks too). With
+// neither flag every namespace may, and no Namespace is read. On update it
+// checks only a cluster whose engines the update takes away (which the
+// CRD refuses as well), so that a policy narrowed later does not block
+// every other change to a cluster already on the manager's engine (nor
+// the end of its deletion); the controller reports such a cluster in
+// EnginesReady.
+func (v *containerClusterValidator) localEngineNotAllowed(ctx context.Context, c *infrav1.ContainerCluster, old *infrav1.ContainerClusterSpec) (*field.Error, error) {
+	if v.policy.LocalEngineNamespaces == nil || len(c.Spec.Engines) > 0 || (old != nil && len(old.Engines) == 0) {
+		return nil, nil
+	}
+	ns, err := v.namespace(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	path := field.NewPath("spec", "engines")
+	allowed, err := engines.LocalAllowsNamespace(v.policy.LocalEngineNamespaces, ns)
+	switch {
+	case err != nil:
+		return field.Forbidden(path, err.Error()), nil
+	case !allowed:
+		return field.Forbidden(path, fmt.Sprintf(
+			"lists no engine, so the cluster's machines would run on the manager's own engine, which does not allow namespace %s: "+
+				"the manager's --%s must list the namespace or its --%s select it, or the cluster must list a ContainerEngine that allows it",
+			c.Namespace, policy.FlagLocalEngineAllowedNamespaces, policy.FlagLocalEngineNamespaceSelector)), nil
+	}
+	return nil, nil
+}
+
+// namespace reads the cluster's Namespace, whose name and labels say which
+// engines it may use.
+func (v *containerClusterValidator) namespace(ctx context.Context, c *infrav1.ContainerCluster) (*corev1.Namespace, error) {
+	ns := &corev1.Namespace{}
+	if err := v.reader.Get(ctx, client.ObjectKey{Name: c.Namespace}, ns); err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("failed to get Namespace %s of ContainerCluster %s: %w", c.Namespace, c.Name, err))
+	}
+	return ns, nil
 }
 
 // enginesNotAllowed refuses each engine the cluster names that exists and
@@ -85,9 +134,9 @@ func (v *containerClusterValidator) enginesNotAllowed(ctx context.Context, c *in
 			return nil, apierrors.NewInternalError(fmt.Errorf("failed to get ContainerEngine %s named by ContainerCluster %s/%s: %w", ref.Name, c.Namespace, c.Name, err))
 		}
 		if ns == nil {
-			ns = &corev1.Namespace{}
-			if err := v.reader.Get(ctx, client.ObjectKey{Name: c.Namespace}, ns); err != nil {
-				return nil, apierrors.NewInternalError(fmt.Errorf("failed to get Namespace %s of ContainerCluster %s: %w", c.Namespace, c.Name, err))
+			var err error
+			if ns, err = v.namespace(ctx, c); err != nil {
+				return nil, err
 			}
 		}
 		path := field.NewPath("spec", "engines").Index(i).Child("name")
