@@ -49,6 +49,41 @@ drop_previous() {
 }
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 
+# with_progress WHAT COMMAND...: runs COMMAND (a program or a function) in
+# the background and logs "WHAT: still running, 1m30s" every
+# PROGRESS_INTERVAL seconds (30) until it ends; returns its exit code. A
+# cold compile is otherwise silent for minutes. COMMAND's stdout stays the
+# caller's (a $(...) gets it); the ticker writes only to stderr, and takes
+# its sleep with it when it stops, so it never holds a $(...) open.
+with_progress() {
+  local what=$1 interval=${PROGRESS_INTERVAL:-30} start=$SECONDS pid ticker rc=0
+  shift
+  "$@" &
+  pid=$!
+  (
+    nap=""
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    while kill -0 "$pid" 2>/dev/null; do
+      sleep "$interval" &
+      nap=$!
+      wait "$nap"
+      kill -0 "$pid" 2>/dev/null || break
+      log "$what: still running, $(elapsed_since "$start")"
+    done
+  ) >&2 &
+  ticker=$!
+  wait "$pid" || rc=$?
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
+  return "$rc"
+}
+
+# elapsed_since START: the time since START (a $SECONDS) as 45s or 1m30s.
+elapsed_since() {
+  local s=$((SECONDS - $1))
+  if ((s < 60)); then echo "${s}s"; else echo "$((s / 60))m$((s % 60))s"; fi
+}
+
 docker info >/dev/null 2>&1 || die "Docker is unreachable (run hack/ensure-docker.sh)"
 
 # ---------------------------------------------------------------------------
@@ -137,7 +172,8 @@ build_tool() {
   out="$cache/bin/$name-$key/$name"
   if [[ ! -x "$out" ]]; then
     log "go build $pkg"
-    CGO_ENABLED=0 build_go_tool "$out" "$dir" "$pkg" -ldflags "-s -w"
+    # || die: callers run build_tool in a $(...), where set -e is off.
+    CGO_ENABLED=0 with_progress "go build $name" build_go_tool "$out" "$dir" "$pkg" -ldflags "-s -w" || die "go build $pkg failed"
     prune "$cache/bin" "$name-*" "$(dirname "$out")"
   fi
   echo "$out"

@@ -17,6 +17,9 @@
 set -euo pipefail
 # shellcheck source=hack/quickstart/lib.sh
 source "$(dirname "$0")/lib.sh"
+# with_progress: a cold compile logs that it is still running.
+# shellcheck source=images/lib.sh
+source "$QS_ROOT/images/lib.sh"
 
 tools="$CAPCT_TOOLS/capi"
 registry=${CAPI_REGISTRY:-registry.k8s.io/cluster-api}
@@ -47,7 +50,7 @@ order=(clusterctl cluster-api-controller kubeadm-bootstrap-controller kubeadm-co
 for name in "${order[@]}"; do
   if [[ -x "$bindir/$name" ]]; then continue; fi
   step "go build $name"
-  CGO_ENABLED=0 build_go_tool "$bindir/$name" "$tools" "${pkgs[$name]}" -trimpath -ldflags "$ldflags"
+  CGO_ENABLED=0 with_progress "go build $name" build_go_tool "$bindir/$name" "$tools" "${pkgs[$name]}" -trimpath -ldflags "$ldflags"
 done
 # Older builds of the same kind are pruned.
 for d in "$QS_CACHE"/capi/*/; do

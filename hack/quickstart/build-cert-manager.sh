@@ -20,6 +20,9 @@
 set -euo pipefail
 # shellcheck source=hack/quickstart/lib.sh
 source "$(dirname "$0")/lib.sh"
+# with_progress: a cold compile logs that it is still running.
+# shellcheck source=images/lib.sh
+source "$QS_ROOT/images/lib.sh"
 
 tools="$CAPCT_TOOLS/certmanager"
 v=$(tool_version certmanager github.com/cert-manager/cert-manager)
@@ -37,7 +40,7 @@ log "cert-manager $v, inputs $key"
 for name in controller webhook cainjector; do
   if [[ -x "$bindir/$name" ]]; then continue; fi
   step "go build $name"
-  CGO_ENABLED=0 build_go_tool "$bindir/$name" "$tools" "./cmd/$name" -trimpath -ldflags "$ldflags"
+  CGO_ENABLED=0 with_progress "go build $name" build_go_tool "$bindir/$name" "$tools" "./cmd/$name" -trimpath -ldflags "$ldflags"
 done
 for d in "$QS_CACHE"/cert-manager/*/; do
   [[ "${d%/}" == "$bindir" ]] || rm -rf "$d"

@@ -54,6 +54,10 @@ pause_image=$(kubeversion pause-image "$KUBERNETES_VERSION") || die "hack/kubeve
 
 kube_binaries=(kubelet kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
 
+# go_get_in DIR PACKAGE...: go get PACKAGEs in the module in DIR, printing
+# only its last line.
+go_get_in() { (cd "$1" && shift && go get "$@" 2>&1 | tail -1 >&2); }
+
 # kube_module VERSION: prints the folder of a Go module that builds
 # k8s.io/kubernetes at VERSION. The pinned version is hack/tools/kubernetes,
 # which envtest's API server also comes from; any other gets a module of its
@@ -89,7 +93,7 @@ kube_module() {
         while read -r m; do echo "replace $m => $m $staging"; done
     } > "$dir/go.mod"
     for m in "${kube_binaries[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$m@$v"); done
-    (cd "$dir" && go get "${pkgs[@]}" 2>&1 | tail -1 >&2) || die "go get of Kubernetes $v's commands failed"
+    with_progress "module graph of k8s.io/kubernetes $v" go_get_in "$dir" "${pkgs[@]}" || die "go get of Kubernetes $v's commands failed"
     touch "$dir/.done"
   fi
   echo "$dir"
@@ -132,6 +136,10 @@ kube_ldflags() {
   echo "$flags"
 }
 
+# go_build_in DIR ARGS...: CGO_ENABLED=0 go build ARGS in the module in DIR;
+# in a subshell, so that the caller stays where it is.
+go_build_in() { (cd "$1" && shift && CGO_ENABLED=0 go build "$@"); }
+
 build_kube_binaries() { # prints the folder
   local ldflags key out pkgs=() b
   ldflags=$(kube_ldflags)
@@ -141,7 +149,10 @@ build_kube_binaries() { # prints the folder
     for b in "${kube_binaries[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
     log "go build ${kube_binaries[*]} (about 16 min cold on 2 cores)"
     rm -rf "$out"; mkdir -p "$out"
-    (cd "$kube_tools" && CGO_ENABLED=0 go build -ldflags "$ldflags" -o "$out/" "${pkgs[@]}")
+    # || die: this runs in a $(...), where set -e is off, and a failed
+    # build must not be marked done.
+    with_progress "go build kubernetes $KUBERNETES_VERSION" go_build_in "$kube_tools" -ldflags "$ldflags" -o "$out/" "${pkgs[@]}" ||
+      die "go build of Kubernetes $KUBERNETES_VERSION failed"
     touch "$out/.done"
     prune "$cache/bin" "kubernetes-$KUBERNETES_VERSION-*" "$out"
   fi
@@ -285,7 +296,7 @@ build_node() {
     build_proxy_image "${want[kube-proxy]}" "$kbin/kube-proxy" "$proxy_rootfs"
     log "images: ${want[*]}"
     step "preload images into containerd's content store"
-    preload_images "$node_rootfs" "$containerd_bin" "$images_tar" "${want[@]}"
+    with_progress "preload images" preload_images "$node_rootfs" "$containerd_bin" "$images_tar" "${want[@]}"
     # the registry.k8s.io tags are only for the node's containerd; drop them here
     docker rmi "${want[@]}" >/dev/null
     prune "$cache/images" "containerd-$KUBERNETES_VERSION-*.tar" "$images_tar"
@@ -310,7 +321,7 @@ build_node() {
     -e "s|@KUBERNETES_VERSION@|$KUBERNETES_VERSION|" "$here/Dockerfile" > "$ctx/Dockerfile"
   local previous
   previous=$(docker image inspect -f '{{.Id}}' "$node_image" 2>/dev/null || true)
-  dbuild -t "$node_image" "$ctx"
+  with_progress "docker build $node_image" dbuild -t "$node_image" "$ctx"
   drop_previous "$previous" "$node_image"
   rm -rf "$ctx"
   end_step

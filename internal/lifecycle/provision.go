@@ -25,11 +25,7 @@ func (p *Provision) Reconcile(_ context.Context, s *MachineScope) (ctrl.Result, 
 	}
 	cm.Spec.ProviderID = s.ProviderID()
 	cm.Status.Addresses = Addresses(s.Container)
-	machineFailureDomain := ""
-	if s.Machine != nil {
-		machineFailureDomain = s.Machine.Spec.FailureDomain
-	}
-	if fd := s.FailureDomain(machineFailureDomain); fd != "" {
+	if fd := s.FailureDomain(s.RequestedFailureDomain()); fd != "" {
 		cm.Status.FailureDomain = fd
 	}
 	cm.Status.Initialization.Provisioned = ptr.To(true)

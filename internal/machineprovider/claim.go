@@ -54,6 +54,17 @@ func (c *Claim) IsControlPlane() bool {
 	return ok
 }
 
+// RequestedFailureDomain is the failure domain the machine is asked to run
+// in: its Machine's spec.failureDomain, else, for a MachinePool's member,
+// whose Machine Cluster API makes with none, the one its pool chose
+// (infrav1.FailureDomainAnnotation); "" for none.
+func (c *Claim) RequestedFailureDomain() string {
+	if c.Machine != nil && c.Machine.Spec.FailureDomain != "" {
+		return c.Machine.Spec.FailureDomain
+	}
+	return c.ContainerMachine.Annotations[infrav1.FailureDomainAnnotation]
+}
+
 // Role is the container role of the machine.
 func (c *Claim) Role() container.Role {
 	if c.IsControlPlane() {

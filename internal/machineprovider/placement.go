@@ -194,11 +194,7 @@ func (p *Provider) place(ctx context.Context, c *Claim) (Placement, error) {
 	if err != nil {
 		return Placement{}, err
 	}
-	failureDomain := ""
-	if c.Machine != nil {
-		failureDomain = c.Machine.Spec.FailureDomain
-	}
-	engine, err := PlaceMachine(cc, failureDomain, c.IsControlPlane(), perEngine, answers)
+	engine, err := PlaceMachine(cc, c.RequestedFailureDomain(), c.IsControlPlane(), perEngine, answers)
 	if err != nil {
 		return Placement{}, err
 	}

@@ -81,6 +81,7 @@ func TestClusterAcrossTwoEngines(t *testing.T) {
 		run  func(context.Context, *testing.T)
 	}{
 		{"placement", m.placement},
+		{"pool_failure_domains", m.poolFailureDomains},
 		{"traffic_across_engines", m.trafficAcross},
 		{"lose_engine_2", m.loseEngine2},
 		{"deletion_leaves_nothing", m.deletion},
@@ -276,7 +277,7 @@ func (m *mh) trafficAcross(ctx context.Context, t *testing.T) {
 			if try >= 30 {
 				t.Fatalf("the Service mh-2 answered %q (%v) to pod %s, want %q", got, err, from, want)
 			}
-			pause(ctx, 2*time.Second)
+			realcluster.Pause(ctx, 2*time.Second)
 		}
 	}
 }
@@ -295,7 +296,7 @@ func (m *mh) waitPodsGone(ctx context.Context, t *testing.T, names ...string) {
 			if time.Now().After(deadline) {
 				t.Fatalf("pod %s still there 120s after its deletion (%v)", name, err)
 			}
-			pause(ctx, time.Second)
+			realcluster.Pause(ctx, time.Second)
 		}
 	}
 }
@@ -391,7 +392,7 @@ func (m *mh) loseEngine2(ctx context.Context, t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("CAPCT did not remove %s from engine 2 within 300s of its return (%d left, %v)", lostContainer, len(list), err)
 		}
-		pause(ctx, 2*time.Second)
+		realcluster.Pause(ctx, 2*time.Second)
 	}
 	t.Logf("%s removed from engine 2 %s after the loss", lostContainer, time.Since(t0).Round(time.Second))
 	if _, err := m.Workload.CoreV1().Nodes().Get(ctx, lostContainer, metav1.GetOptions{}); err == nil {
@@ -433,7 +434,7 @@ func (m *mh) waitReplaced(ctx context.Context, t *testing.T, lost string, t0 tim
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s to be replaced (Nodes: %s)", lost, counts)
 		}
-		pause(ctx, 2*time.Second)
+		realcluster.Pause(ctx, 2*time.Second)
 	}
 	if !seen {
 		t.Logf("WARNING: %s was never seen EngineUnreachable (replaced before a sample caught it)", lost)
@@ -496,7 +497,7 @@ func (m *mh) deletion(ctx context.Context, t *testing.T) {
 		if time.Since(start) > 300*time.Second {
 			t.Fatalf("Cluster %s still there 300s after its deletion (%v)", m.Env.Cluster, err)
 		}
-		pause(ctx, 2*time.Second)
+		realcluster.Pause(ctx, 2*time.Second)
 	}
 	t.Logf("Cluster %s deleted through CAPCT in %s", m.Env.Cluster, time.Since(start).Round(time.Second))
 	for _, n := range []int{1, 2} {
@@ -508,13 +509,5 @@ func (m *mh) deletion(ctx context.Context, t *testing.T) {
 		for _, c := range left {
 			t.Errorf("CAPCT's deletion left container %s on engine %d", realcluster.Name(c), n)
 		}
-	}
-}
-
-// pause waits d, or less when ctx ends.
-func pause(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
 	}
 }

@@ -55,6 +55,13 @@ const (
 	// Kubernetes version it was created for, so that a version change marks
 	// it outdated.
 	VersionAnnotation = "containermachinepool.infrastructure.cluster.x-k8s.io/version"
+	// FailureDomainAnnotation records on each ContainerMachine the failure
+	// domain the pool chose for it from the MachinePool's
+	// spec.failureDomains (spreadOver), at creation. Cluster API makes a
+	// pool's Machines with no failure domain, so this is how the pool asks
+	// the machine provider, which places the machine (PlaceMachine), for
+	// one: a cluster's engines are its failure domains.
+	FailureDomainAnnotation = infrav1.FailureDomainAnnotation
 	// nameSuffixLength is the length of the random part of machine names.
 	nameSuffixLength = 5
 	// memberChangeWindow is how long a change of a member waits before it
@@ -358,6 +365,7 @@ func ownerMachinePoolName(pool *expinfrav1.ContainerMachinePool) string {
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 	desired := int(ptr.Deref(s.machinePool.Spec.Replicas, 1))
 	st := resolveStrategy(s.pool.Spec.Strategy, desired)
+	fd := newDomains(s.machinePool.Spec.FailureDomains, s.cluster)
 
 	members, err := r.members(ctx, r.Client, s)
 	if err != nil {
@@ -370,7 +378,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 	if err := r.deleteOrphanMachines(ctx, s); err != nil {
 		return err
 	}
-	p := computePlan(members, desired, st)
+	p := computePlan(members, desired, st, fd)
 	if p.empty() {
 		return nil
 	}
@@ -380,7 +388,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 		return err
 	}
 	s.members = members
-	p = computePlan(members, desired, st)
+	p = computePlan(members, desired, st, fd)
 
 	log := ctrl.LoggerFrom(ctx)
 	var errs []error
@@ -401,7 +409,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 				members[i].diagnosed = true
 			}
 		}
-		p = computePlan(members, desired, st)
+		p = computePlan(members, desired, st, fd)
 	}
 	for _, m := range p.delete {
 		if m.byHealthCheck && m.machine != nil {
@@ -416,14 +424,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 		}
 		log.Info("Deleting pool machine", "ContainerMachine", klog.KObj(m.cm), "outdated", m.outdated, "deleteRequested", m.deleteRequested(), "failed", m.failed)
 	}
-	for range p.create {
-		cm, err := r.createMachine(ctx, s)
+	for _, domain := range p.domains {
+		cm, err := r.createMachine(ctx, s, domain)
 		if err != nil {
 			errs = append(errs, err)
 			break
 		}
-		log.Info("Created pool machine", "ContainerMachine", klog.KObj(cm))
-		s.members = append(s.members, member{cm: cm})
+		log.Info("Created pool machine", "ContainerMachine", klog.KObj(cm), "failureDomain", domain)
+		s.members = append(s.members, member{cm: cm, domain: domain})
 	}
 	return errors.Join(errs...)
 }
@@ -494,6 +502,7 @@ func (r *Reconciler) members(ctx context.Context, reader client.Reader, s *scope
 			m.outdated = outdated(cm, s.pool, s.machinePool)
 		}
 		m.failed, m.byHealthCheck = failure(cm, m.machine)
+		m.domain = memberDomain(cm)
 		// Cluster API's MachinePool controller makes each member's Machine
 		// from its cache: a member deleted before it has one gets a Machine
 		// no one deletes at once, a replica over maxSurge until the orphan
@@ -535,6 +544,18 @@ func ownerMachine(cm *infrav1.ContainerMachine, machines map[string]*clusterv1.M
 	return nil
 }
 
+// memberDomain is the failure domain a member is in: the engine the
+// machine provider placed it on (a cluster's engines are its failure
+// domains), else the one the pool asked for (FailureDomainAnnotation),
+// which a member has before it is placed and keeps on a cluster on the
+// manager's own engine, where failure domains only label machines.
+func memberDomain(cm *infrav1.ContainerMachine) string {
+	if engine := cm.Annotations[infrav1.EngineAnnotation]; engine != "" {
+		return engine
+	}
+	return cm.Annotations[FailureDomainAnnotation]
+}
+
 // outdated reports whether a machine no longer matches what the pool would
 // create now: another spec (the image above all) or another Kubernetes
 // version.
@@ -567,8 +588,9 @@ func (r *Reconciler) deleteMember(ctx context.Context, m member) error {
 	return nil
 }
 
-// createMachine applies a new ContainerMachine for the pool.
-func (r *Reconciler) createMachine(ctx context.Context, s *scope) (*infrav1.ContainerMachine, error) {
+// createMachine applies a new ContainerMachine for the pool, asking for
+// failure domain domain when it is not "".
+func (r *Reconciler) createMachine(ctx context.Context, s *scope, domain string) (*infrav1.ContainerMachine, error) {
 	name, err := r.freeName(ctx, s.pool)
 	if err != nil {
 		return nil, err
@@ -595,6 +617,9 @@ func (r *Reconciler) createMachine(ctx context.Context, s *scope) (*infrav1.Cont
 		Spec: *s.pool.Spec.Template.DeepCopy(),
 	}
 	cm.Spec.ProviderID = ""
+	if domain != "" {
+		cm.Annotations[FailureDomainAnnotation] = domain
+	}
 	if err := ssa.Apply(ctx, r.Client, FieldOwner, cm, ssa.WithCache(r.ssaCache)); err != nil {
 		return nil, fmt.Errorf("failed to create a ContainerMachine for ContainerMachinePool %s: %w", klog.KObj(s.pool), err)
 	}

@@ -71,6 +71,59 @@ func TestScaleUpDownAndDelete(t *testing.T) {
 	})
 }
 
+// TestFailureDomainsSpreadAndPin: a MachinePool that lists two of its
+// cluster's three failure domains has its members spread evenly over the
+// two as it scales out and in, the first by name on a tie, and never one
+// on the third, which the Cluster reports too. The cluster is on the
+// manager's own engine, where failure domains only label machines: what is
+// checked is the pool's choice on each ContainerMachine, which the machine
+// provider places it by.
+func TestFailureDomainsSpreadAndPin(t *testing.T) {
+	startStack(t)
+	f := newFixture(t, 0, expinfrav1.RollingUpdate{}, func(cc *infrav1.ContainerCluster, mp *clusterv1.MachinePool) {
+		cc.Spec.FailureDomains = []clusterv1.FailureDomain{{Name: "fd-a"}, {Name: "fd-b"}, {Name: "fd-c"}}
+		mp.Spec.FailureDomains = []string{"fd-b", "fd-a"}
+	})
+	ctx := ctxT(t)
+	eventually(t, settle, "an empty pool to be ready and the Cluster to report its failure domains", func() error {
+		if err := f.settled(0)(); err != nil {
+			return err
+		}
+		cluster := &clusterv1.Cluster{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.cluster), cluster); err != nil {
+			return err
+		}
+		if len(cluster.Status.FailureDomains) != 3 {
+			return fmt.Errorf("the Cluster reports failure domains %v, want fd-a, fd-b and fd-c", cluster.Status.FailureDomains)
+		}
+		return nil
+	})
+	for _, step := range []struct {
+		replicas int32
+		want     string
+	}{
+		{4, "map[fd-a:2 fd-b:2]"},
+		{5, "map[fd-a:3 fd-b:2]"},
+		{2, "map[fd-a:1 fd-b:1]"},
+		{3, "map[fd-a:2 fd-b:1]"},
+	} {
+		f.scale(step.replicas)
+		eventually(t, settle, fmt.Sprintf("%d replicas", step.replicas), f.settled(int(step.replicas)))
+		perDomain := map[string]int{}
+		for _, cm := range f.state().cms {
+			perDomain[cm.Annotations[containermachinepool.FailureDomainAnnotation]]++
+			// On one host the domain labels the machine, as a Machine's
+			// own failure domain does.
+			if got, want := cm.Status.FailureDomain, cm.Annotations[containermachinepool.FailureDomainAnnotation]; got != want {
+				t.Fatalf("ContainerMachine %s reports failure domain %q, its pool asked for %q", cm.Name, got, want)
+			}
+		}
+		if got := fmt.Sprint(perDomain); got != step.want {
+			t.Fatalf("%d replicas are in failure domains %s, want %s", step.replicas, got, step.want)
+		}
+	}
+}
+
 // TestBootstrapDataArrivesAfterTheMachines creates the pool's machines
 // before the MachinePool has bootstrap data, as with a KubeadmConfig that
 // the bootstrap provider has not rendered yet: once the data Secret is set

@@ -2,6 +2,8 @@ package containermachinepool
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -35,6 +37,9 @@ type member struct {
 	// awaitingMachine says Cluster API has not made the member's Machine
 	// yet, and the member is young: it is not deleted until it has one.
 	awaitingMachine bool
+	// domain is the failure domain the member is in (memberDomain); "" for
+	// one the provider has not placed and the pool asked nothing of.
+	domain string
 }
 
 // awaitMachineFor bounds how long a member without a Machine is kept from
@@ -109,6 +114,9 @@ type plan struct {
 	// diagnose are failed machines whose diagnostics must be kept before
 	// they may be deleted.
 	diagnose []member
+	// domains are the failure domains of the machines to create, one per
+	// machine (len create); "" leaves the choice to the machine provider.
+	domains []string
 }
 
 // empty is true when the plan changes nothing.
@@ -167,7 +175,12 @@ func scaled(v *intstr.IntOrString, def intstr.IntOrString, desired int, roundUp 
 //     surge machine that is not provisioned yet is never taken for excess.
 //   - Up-to-date machines are created until there are desired of them,
 //     without the pool exceeding desired+maxSurge machines.
-func computePlan(members []member, desired int, st strategy) plan {
+//   - Among up-to-date machines that are equally deletable (not annotated),
+//     the next to go is in the most populated failure domain, a domain the
+//     MachinePool does not list counting as the most populated of all; on a
+//     tie the oldest goes (byDomain).
+//   - The created machines go to the failure domains spreadOver picks.
+func computePlan(members []member, desired int, st strategy, fd domains) plan {
 	var active []member
 	for _, m := range members {
 		if !m.deleting() {
@@ -175,6 +188,7 @@ func computePlan(members []member, desired int, st strategy) plan {
 		}
 	}
 	sort.SliceStable(active, func(i, j int) bool { return deleteBefore(active[i], active[j]) })
+	active = byDomain(active, fd)
 
 	available := 0
 	for _, m := range active {
@@ -225,14 +239,136 @@ func computePlan(members []member, desired int, st strategy) plan {
 	}
 
 	good := 0
+	kept := map[string]int{}
 	for _, m := range remaining {
 		if upToDate(m) {
 			good++
+			kept[m.domain]++
 		}
 	}
 	p.create = max(0, min(desired-good, desired+st.maxSurge-len(remaining)))
+	p.domains = spreadOver(fd, kept, p.create)
 	return p
 }
+
+// domains are the failure domains a pool's members go to.
+type domains struct {
+	// listed are the MachinePool's spec.failureDomains. Empty: the pool
+	// asks for none, and the machine provider places each member
+	// (machineprovider.PlaceMachine spreads a cluster's machines over its
+	// engines, and skips engines that do not answer).
+	listed []string
+	// reported are the failure domains the Cluster reports now
+	// (status.failureDomains, from the ContainerCluster): an engine whose
+	// host is lost is dropped from them.
+	reported map[string]bool
+}
+
+// newDomains is the domains of a MachinePool's failureDomains and its
+// Cluster's reported ones; cluster may be nil.
+func newDomains(listed []string, cluster *clusterv1.Cluster) domains {
+	d := domains{reported: map[string]bool{}}
+	for _, name := range listed {
+		if name != "" && !slices.Contains(d.listed, name) {
+			d.listed = append(d.listed, name)
+		}
+	}
+	sort.Strings(d.listed)
+	if cluster != nil {
+		for _, f := range cluster.Status.FailureDomains {
+			d.reported[f.Name] = true
+		}
+	}
+	return d
+}
+
+// candidates are the listed domains a new member may go to: those the
+// Cluster reports, so that replacements for a lost engine's members go to
+// the others; all listed when it reports none of them (the Cluster has
+// not reported yet, or every listed domain is lost: the members then wait
+// for theirs, pinned as asked).
+func (d domains) candidates() []string {
+	var out []string
+	for _, name := range d.listed {
+		if d.reported[name] {
+			out = append(out, name)
+		}
+	}
+	if len(out) == 0 {
+		return d.listed
+	}
+	return out
+}
+
+// spreadOver picks the failure domain of each of n new members: each goes
+// to the candidate domain with the fewest members (kept counts the
+// members that stay, by domain), the first by name on a tie. Without
+// listed domains each is "": the machine provider places it.
+func spreadOver(d domains, kept map[string]int, n int) []string {
+	out := make([]string, n)
+	candidates := d.candidates()
+	if len(candidates) == 0 {
+		return out
+	}
+	counts := maps.Clone(kept)
+	if counts == nil {
+		counts = map[string]int{}
+	}
+	for i := range out {
+		best := candidates[0]
+		for _, name := range candidates[1:] {
+			if counts[name] < counts[best] {
+				best = name
+			}
+		}
+		out[i] = best
+		counts[best]++
+	}
+	return out
+}
+
+// byDomain reorders the up-to-date, unannotated members at the end of
+// sorted (the order deleteBefore gives) so that scale-in takes from the
+// most populated failure domain first: each next one is the first, in
+// sorted's order, of the domains with the most of them, a domain the
+// MachinePool does not list going before any it lists. Without domains
+// (every member in "") the order is sorted's: the oldest first.
+func byDomain(sorted []member, d domains) []member {
+	start := len(sorted)
+	for start > 0 && plain(sorted[start-1]) {
+		start--
+	}
+	tail := slices.Clone(sorted[start:])
+	counts := map[string]int{}
+	for _, m := range tail {
+		counts[m.domain]++
+	}
+	// rank orders domains for deletion: unlisted ones first, then the
+	// most populated.
+	rank := func(domain string) (bool, int) {
+		return len(d.listed) > 0 && !slices.Contains(d.listed, domain), counts[domain]
+	}
+	out := slices.Clone(sorted[:start])
+	for len(tail) > 0 {
+		pick := 0
+		for i := 1; i < len(tail); i++ {
+			bu, bn := rank(tail[pick].domain)
+			iu, in := rank(tail[i].domain)
+			if iu && !bu || iu == bu && in > bn {
+				pick = i
+			}
+		}
+		out = append(out, tail[pick])
+		counts[tail[pick].domain]--
+		tail = slices.Delete(tail, pick, pick+1)
+	}
+	return out
+}
+
+// plain is a member that nothing marks for deletion: not failed, not
+// annotated, not outdated. Which of these go first is the failure
+// domains' choice (byDomain).
+func plain(m member) bool { return upToDate(m) && !m.deleteRequested() }
 
 // upToDate is a machine the pool keeps: it matches the pool and has not
 // failed.

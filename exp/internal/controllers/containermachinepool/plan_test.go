@@ -89,7 +89,7 @@ func TestComputePlan(t *testing.T) {
 		{"scale down with a failed member", []member{m("a", 3, "p"), m("b", 2, "p"), m("c", 1, "pfk")}, 1, def, 0, "[c a]", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := computePlan(tc.members, tc.desired, tc.st)
+			p := computePlan(tc.members, tc.desired, tc.st, domains{})
 			var names, diagnose []string
 			for _, d := range p.delete {
 				names = append(names, d.name())
@@ -116,6 +116,80 @@ func TestComputePlan(t *testing.T) {
 			}
 			if after := active - len(p.delete) + p.create; p.create > 0 && after > tc.desired+tc.st.maxSurge {
 				t.Fatalf("%d machines after the plan, more than %d+%d", after, tc.desired, tc.st.maxSurge)
+			}
+		})
+	}
+}
+
+// in puts mem in failure domain domain.
+func in(domain string, mem member) member {
+	mem.domain = domain
+	return mem
+}
+
+// TestFailureDomains: new members go to the listed domain with the fewest
+// members that stay (the first by name on a tie), only to those the
+// Cluster reports while it reports any of them, and to none without a
+// list; scale-in takes from the most populated domain, an unlisted one
+// first, the oldest on a tie.
+func TestFailureDomains(t *testing.T) {
+	def := resolveStrategy(expinfrav1.RollingUpdate{}, 3)
+	ab := []string{"fd-b", "fd-a"}
+	cluster := func(names ...string) *clusterv1.Cluster {
+		c := &clusterv1.Cluster{}
+		for _, n := range names {
+			c.Status.FailureDomains = append(c.Status.FailureDomains, clusterv1.FailureDomain{Name: n})
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name    string
+		members []member
+		desired int
+		listed  []string
+		cluster *clusterv1.Cluster
+		// created are the domains of the machines created, deleted the
+		// machines deleted in order.
+		created, deleted string
+	}{
+		{"none listed: the provider places", nil, 2, nil, cluster("fd-a", "fd-b"), "[ ]", "[]"},
+		{"from zero, alternating by name", nil, 3, ab, cluster("fd-a", "fd-b", "fd-c"), "[fd-a fd-b fd-a]", "[]"},
+		{"never a domain not listed", []member{in("fd-c", m("c", 1, "p"))}, 3, ab, cluster("fd-a", "fd-b", "fd-c"), "[fd-a fd-b]", "[]"},
+		{"to the least populated", []member{in("fd-a", m("a", 2, "p")), in("fd-a", m("b", 1, "p"))}, 5, ab, cluster("fd-a", "fd-b"), "[fd-b fd-b fd-a]", "[]"},
+		{"the Cluster has not reported: all listed", nil, 2, ab, nil, "[fd-a fd-b]", "[]"},
+		{"a lost domain gets no new member", []member{in("fd-a", m("a", 1, "p"))}, 3, ab, cluster("fd-a"), "[fd-a fd-a]", "[]"},
+		{"every listed domain lost: pinned as asked", nil, 2, ab, cluster("fd-c"), "[fd-a fd-b]", "[]"},
+		{"a duplicate listed domain counts once", nil, 3, []string{"fd-a", "fd-a", "fd-b"}, nil, "[fd-a fd-b fd-a]", "[]"},
+		{"outdated members do not count", []member{in("fd-a", m("a", 3, "po")), in("fd-b", m("b", 2, "po")), in("fd-a", m("n", 0, "p"))}, 2, ab, cluster("fd-a", "fd-b"),
+			"[fd-b]", "[a]"},
+		{"a failed member is replaced in the emptiest domain", []member{in("fd-a", m("a", 2, "p")), in("fd-b", m("b", 1, "pfk"))}, 2, ab, cluster("fd-a", "fd-b"),
+			"[fd-b]", "[b]"},
+
+		{"scale-in from the most populated, not the oldest", []member{in("fd-a", m("a", 3, "p")), in("fd-b", m("b", 2, "p")), in("fd-b", m("c", 1, "p"))}, 2, ab, nil,
+			"[]", "[b]"},
+		{"scale-in evens out, oldest first on a tie", []member{
+			in("fd-a", m("a1", 6, "p")), in("fd-a", m("a2", 5, "p")), in("fd-a", m("a3", 4, "p")),
+			in("fd-b", m("b1", 3, "p")), in("fd-b", m("b2", 2, "p")), in("fd-a", m("a4", 1, "p")),
+		}, 2, ab, nil, "[]", "[a1 a2 a3 b1]"},
+		{"scale-in takes an unlisted domain first", []member{in("fd-a", m("a", 3, "p")), in("fd-b", m("b", 2, "p")), in("fd-c", m("c", 1, "p"))}, 2, ab, nil,
+			"[]", "[c]"},
+		{"a member in no domain is unlisted", []member{in("fd-a", m("a", 3, "p")), in("fd-b", m("b", 2, "p")), m("c", 1, "p")}, 2, ab, nil,
+			"[]", "[c]"},
+		{"the delete-machine annotation still goes first", []member{in("fd-a", m("a", 3, "p")), in("fd-a", m("b", 2, "p")), in("fd-b", m("c", 1, "pd"))}, 2, ab, nil,
+			"[]", "[c]"},
+		{"without domains, the oldest", []member{m("a", 3, "p"), m("b", 2, "p"), m("c", 1, "p")}, 1, nil, nil, "[]", "[a b]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := computePlan(tc.members, tc.desired, def, newDomains(tc.listed, tc.cluster))
+			var deleted []string
+			for _, d := range p.delete {
+				deleted = append(deleted, d.name())
+			}
+			if len(p.domains) != p.create {
+				t.Fatalf("%d domains for %d machines to create", len(p.domains), p.create)
+			}
+			if got := fmt.Sprint(p.domains); got != tc.created || fmt.Sprint(deleted) != tc.deleted {
+				t.Fatalf("created in %s, deleted %v; want created in %s, deleted %s", got, deleted, tc.created, tc.deleted)
 			}
 		})
 	}

@@ -286,7 +286,9 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func newFixture(t *testing.T, replicas int32, strategy expinfrav1.RollingUpdate) *fixture {
+// newFixture makes the fixture's objects; each of mutate may change the
+// ContainerCluster and the MachinePool before any is created.
+func newFixture(t *testing.T, replicas int32, strategy expinfrav1.RollingUpdate, mutate ...func(*infrav1.ContainerCluster, *clusterv1.MachinePool)) *fixture {
 	t.Helper()
 	ctx := ctxT(t)
 	c := env.Client
@@ -294,6 +296,28 @@ func newFixture(t *testing.T, replicas int32, strategy expinfrav1.RollingUpdate)
 	must(t, c.Create(ctx, ns))
 	f := &fixture{t: t, ns: ns.Name, name: ns.Name}
 	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: f.name}}
+	f.pool = &expinfrav1.ContainerMachinePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "pool"},
+		Spec:       expinfrav1.ContainerMachinePoolSpec{Strategy: strategy},
+	}
+	f.mp = &clusterv1.MachinePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "workers", Labels: map[string]string{clusterv1.ClusterNameLabel: f.name}},
+		Spec: clusterv1.MachinePoolSpec{
+			ClusterName: f.name,
+			Replicas:    ptr.To(replicas),
+			Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{
+				ClusterName: f.name,
+				Version:     k8sVersion,
+				Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr.To("bootstrap")},
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+					APIGroup: expinfrav1.GroupVersion.Group, Kind: "ContainerMachinePool", Name: f.pool.Name,
+				},
+			}},
+		},
+	}
+	for _, m := range mutate {
+		m(cc, f.mp)
+	}
 	must(t, c.Create(ctx, cc))
 	f.cluster = &clusterv1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: f.name},
@@ -310,26 +334,7 @@ func newFixture(t *testing.T, replicas int32, strategy expinfrav1.RollingUpdate)
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "bootstrap", Labels: map[string]string{clusterv1.ClusterNameLabel: f.name}},
 		Data:       map[string][]byte{"value": []byte(bootstrapData), "format": []byte("cloud-config")},
 	}))
-	f.pool = &expinfrav1.ContainerMachinePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "pool"},
-		Spec:       expinfrav1.ContainerMachinePoolSpec{Strategy: strategy},
-	}
 	must(t, c.Create(ctx, f.pool))
-	f.mp = &clusterv1.MachinePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "workers", Labels: map[string]string{clusterv1.ClusterNameLabel: f.name}},
-		Spec: clusterv1.MachinePoolSpec{
-			ClusterName: f.name,
-			Replicas:    ptr.To(replicas),
-			Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{
-				ClusterName: f.name,
-				Version:     k8sVersion,
-				Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr.To("bootstrap")},
-				InfrastructureRef: clusterv1.ContractVersionedObjectReference{
-					APIGroup: expinfrav1.GroupVersion.Group, Kind: "ContainerMachinePool", Name: f.pool.Name,
-				},
-			}},
-		},
-	}
 	must(t, c.Create(ctx, f.mp))
 	return f
 }
