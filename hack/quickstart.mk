@@ -39,7 +39,7 @@ quickstart-down: ## Delete "demo" through the management cluster, then the manag
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) hack/quickstart/quickstart.sh down
 
 .PHONY: test-quickstart
-test-quickstart: ## The whole quickstart non-interactively: up, scale MD 2->3 and MP 2->1, down, nothing left
+test-quickstart: ## The whole quickstart non-interactively: up, scale MD 2->3 and MP 2->1, a ContainerCluster with an empty spec Provisioned and deleted (test/emptyspec), down, nothing left
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-qstest QUICKSTART_CLUSTER=qstest \
 		QUICKSTART_OUT=$(CURDIR)/out/quickstart-test hack/quickstart/quickstart.sh test
 
@@ -87,7 +87,7 @@ test-chaos: ## CAPCT's manager SIGKILLed at 20 random points during a MachinePoo
 		QUICKSTART_OUT=$(CURDIR)/out/chaos-test hack/quickstart/chaos-test.sh
 
 .PHONY: test-scale-out
-test-scale-out: ## MachinePool 0->10 real nodes and back, then again with the host's inotify instances nearly exhausted (the Go test test/scaleout)
+test-scale-out: ## MachinePool 0->10 real nodes and back, then again with the host's inotify instances nearly exhausted (the Go test test/scaleout), then test-chaos's test on the same clusters (stops the engine: run it alone)
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-sotest QUICKSTART_CLUSTER=sotest \
 		QUICKSTART_OUT=$(CURDIR)/out/scale-out-test hack/quickstart/scale-out-test.sh test
 

@@ -19,7 +19,7 @@
 #     the cluster's creation to every Node Ready (T_up), and loads the probe
 #     pods' image into every worker;
 #   - runs the Go test test/multihost/cluster (build tag realcluster; its
-#     output also in out/multihost/cluster/go-test.log), which asserts both
+#     output also in out/multihost/cluster/go-test-cluster.log), which asserts both
 #     failure domains, the control plane on engine 1 and a worker on each
 #     engine, the node image copied to engine 2, every Node on its overlay
 #     address, pod-to-pod traffic across the engines and a Service answering
@@ -177,18 +177,6 @@ load_probe_images() {
   load_probe_image "${nodes[@]}"
 }
 
-# go_test PACKAGE TIMEOUT [NAME=VALUE...]: runs the Go tests of PACKAGE
-# (build tag realcluster) against the clusters up now, with where they are
-# in REALCLUSTER_* (test/realcluster) and the variables given; the output
-# also in $QS_OUT/go-test.log.
-go_test() {
-  log "go test -tags realcluster ./$1 (output also in $QS_OUT/go-test.log)"
-  (cd "$QS_ROOT" && env REALCLUSTER_MGMT_KUBECONFIG="$mgmt_kubeconfig" REALCLUSTER_KUBECONFIG="$kubeconfig" \
-    REALCLUSTER_CLUSTER="$cluster" REALCLUSTER_NAMESPACE="$namespace" REALCLUSTER_MGMT_NAME="$mgmt_name" \
-    REALCLUSTER_KUBECTL="$kubectl" REALCLUSTER_OUT="$QS_OUT" REALCLUSTER_NODE_TIMEOUT="$timeout" "${@:3}" \
-    go test -tags realcluster -count=1 -v -timeout "$2" "./$1") 2>&1 | tee "$QS_OUT/go-test.log" >&2
-}
-
 on_failure() {
   diagnose
   # Back, should the test have lost it, so that the cluster's deletion
@@ -221,5 +209,5 @@ step "placement, traffic across the engines, engine 2 lost, deletion (test/multi
 go_test test/multihost/cluster 45m MH_SOCKET="$MH_SOCKET" MH_CLUSTER_CIDR="$MH_CLUSTER_CIDR" MH_OVERLAY_NETWORK="$overlay" \
   MH_NODE_IMAGE="$node_image" MH_PROBE_IMAGE="$probe_image" MH_ENGINE_CONTROL="$root/hack/multihost/engine.sh"
 (down)
-log "T_up=${t_up}s $(grep -o 'T_replace=[0-9]*s' "$QS_OUT/go-test.log" | tail -n 1)"
+log "T_up=${t_up}s $(grep -o 'T_replace=[0-9]*s' "$QS_OUT/go-test-cluster.log" | tail -n 1)"
 finish

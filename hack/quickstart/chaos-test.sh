@@ -7,7 +7,7 @@
 # own names: management cluster capct-chtest, workload cluster chtest of one
 # control plane and an empty MachineDeployment and MachinePool, files in
 # out/chaos-test/. It brings the clusters up, then runs the Go test
-# test/chaos (build tag realcluster; output also in out/chaos-test/go-test.log),
+# test/chaos (build tag realcluster; output also in out/chaos-test/go-test-chaos.log),
 # which scales, kills, restarts the engine through restart-test.sh's
 # engine-stop and engine-start, deletes the cluster and checks what is left;
 # then the quickstart's down, which must find nothing of the cluster.
@@ -32,26 +32,8 @@ export LOG_NAME=chaos-test
 # shellcheck source=hack/quickstart/quickstart.sh
 source "$root/hack/quickstart/quickstart.sh"
 
-engine_state=$QS_OUT/engine-stopped
-
-# go_test PACKAGE TIMEOUT [NAME=VALUE...]: runs the Go tests of PACKAGE
-# (build tag realcluster) against the clusters up now, with where they are
-# in REALCLUSTER_* (test/realcluster) and the variables given; the output
-# also in $QS_OUT/go-test.log.
-go_test() {
-  log "go test -tags realcluster ./$1 (output also in $QS_OUT/go-test.log)"
-  (cd "$QS_ROOT" && env REALCLUSTER_MGMT_KUBECONFIG="$mgmt_kubeconfig" REALCLUSTER_KUBECONFIG="$kubeconfig" \
-    REALCLUSTER_CLUSTER="$cluster" REALCLUSTER_NAMESPACE="$namespace" REALCLUSTER_MGMT_NAME="$mgmt_name" \
-    REALCLUSTER_KUBECTL="$kubectl" REALCLUSTER_OUT="$QS_OUT" REALCLUSTER_NODE_TIMEOUT="$timeout" "${@:3}" \
-    go test -tags realcluster -count=1 -v -timeout "$2" "./$1") 2>&1 | tee "$QS_OUT/go-test.log" >&2
-}
-
 on_failure() {
-  # The test may have failed with the engine stopped.
-  if [[ -e "$engine_state" ]]; then
-    log "starting the engine again"
-    "$QS_ROOT/hack/quickstart/restart-test.sh" engine-start || log "could not start the engine; see /var/log/capct-dockerd.log"
-  fi
+  start_engine_if_stopped
   diagnose
   if $remove_on_failure; then
     remove_on_failure=false
@@ -62,7 +44,7 @@ on_failure() {
 
 main() {
   remove_on_failure=true
-  rm -f "$engine_state"
+  rm -f "$QS_OUT/engine-stopped"
   step "compile test/chaos"
   (cd "$QS_ROOT" && go test -tags realcluster -c -o /dev/null ./test/chaos)
   up

@@ -14,7 +14,9 @@
 #                        remove the management cluster; fail if anything
 #                        labelled is left
 #   quickstart.sh test   up, scale the MachineDeployment 2->3 and the
-#                        MachinePool 2->1, down (make test-quickstart)
+#                        MachinePool 2->1, create and delete a
+#                        ContainerCluster with an empty spec (the Go test
+#                        test/emptyspec), down (make test-quickstart)
 #   quickstart.sh smoke  up, then down (make test-podman)
 #   quickstart.sh prepare   only build what is missing (up's first two steps)
 #   quickstart.sh diagnose  the conditions and controller logs it prints on failure
@@ -558,14 +560,44 @@ test_flow() {
   # A failed test removes what it made once the diagnostics are out, so
   # that a CI machine does not keep clusters between runs.
   remove_on_failure=true
+  step "compile test/emptyspec"
+  (cd "$QS_ROOT" && go test -tags realcluster -c -o /dev/null ./test/emptyspec)
   up
   script_start=$SECONDS
   step "scale MachineDeployment $cluster-md-0 2->3 and MachinePool $cluster-mp-0 2->1"
   kmgmt scale machinedeployment "$cluster-md-0" -n "$namespace" --replicas=3 >&2
   kmgmt scale machinepool "$cluster-mp-0" -n "$namespace" --replicas=1 >&2
   wait_for_nodes 3 1
+  step "a ContainerCluster with spec: {} Provisioned, then deleted (test/emptyspec)"
+  go_test test/emptyspec 15m
   end_step
   down
+}
+
+# start_engine_if_stopped: for a failure path. A test that restarts the
+# engine does it through restart-test.sh engine-stop and engine-start, and
+# engine-stop leaves $QS_OUT/engine-stopped until the engine is started:
+# should the test have failed in between, the engine is started again.
+start_engine_if_stopped() {
+  [[ -e "$QS_OUT/engine-stopped" ]] || return 0
+  log "starting the engine again"
+  "$QS_ROOT/hack/quickstart/restart-test.sh" engine-start || log "could not start the engine; see /var/log/capct-dockerd.log"
+}
+
+# go_test PACKAGE TIMEOUT [NAME=VALUE...]: runs the Go tests of PACKAGE
+# (build tag realcluster) against the clusters up now, with where they are
+# in REALCLUSTER_* (test/realcluster) and the variables given; the output
+# also in $QS_OUT/go-test-<the package's last element>.log. The test flow
+# runs test/emptyspec with it; restart-test.sh, scale-out-test.sh,
+# chaos-test.sh and hack/multihost/cluster-test.sh run theirs.
+go_test() {
+  local out
+  out="$QS_OUT/go-test-$(basename "$1").log"
+  log "go test -tags realcluster ./$1 (output also in $out)"
+  (cd "$QS_ROOT" && env REALCLUSTER_MGMT_KUBECONFIG="$mgmt_kubeconfig" REALCLUSTER_KUBECONFIG="$kubeconfig" \
+    REALCLUSTER_CLUSTER="$cluster" REALCLUSTER_NAMESPACE="$namespace" REALCLUSTER_MGMT_NAME="$mgmt_name" \
+    REALCLUSTER_KUBECTL="$kubectl" REALCLUSTER_OUT="$QS_OUT" REALCLUSTER_NODE_TIMEOUT="$timeout" "${@:3}" \
+    go test -tags realcluster -count=1 -v -timeout "$2" "./$1") 2>&1 | tee "$out" >&2
 }
 
 # smoke_flow: up, then down: the quickstart's cluster and its traffic

@@ -23,7 +23,7 @@
 # every Node Ready after the restart, the Cluster Available, the probe pods,
 # then pod-to-pod and Service traffic. It writes the states every object
 # passed through to out/restart-test/restart-states.tsv and its output to
-# out/restart-test/go-test.log. Then the quickstart's down, which must leave
+# out/restart-test/go-test-restart.log. Then the quickstart's down, which must leave
 # nothing. On failure: the engine is started if it is stopped, the
 # quickstart's diagnostics are printed, and everything is removed.
 #
@@ -82,18 +82,6 @@ engine_start() {
 }
 
 # ---- the test ----
-
-# go_test PACKAGE TIMEOUT [NAME=VALUE...]: runs the Go tests of PACKAGE
-# (build tag realcluster) against the clusters up now, with where they are
-# in REALCLUSTER_* (test/realcluster) and the variables given; the output
-# also in $QS_OUT/go-test.log.
-go_test() {
-  log "go test -tags realcluster ./$1 (output also in $QS_OUT/go-test.log)"
-  (cd "$QS_ROOT" && env REALCLUSTER_MGMT_KUBECONFIG="$mgmt_kubeconfig" REALCLUSTER_KUBECONFIG="$kubeconfig" \
-    REALCLUSTER_CLUSTER="$cluster" REALCLUSTER_NAMESPACE="$namespace" REALCLUSTER_MGMT_NAME="$mgmt_name" \
-    REALCLUSTER_KUBECTL="$kubectl" REALCLUSTER_OUT="$QS_OUT" REALCLUSTER_NODE_TIMEOUT="$timeout" "${@:3}" \
-    go test -tags realcluster -count=1 -v -timeout "$2" "./$1") 2>&1 | tee "$QS_OUT/go-test.log" >&2
-}
 
 # engine_only: the script runs engine-stop or engine-start for the Go test.
 engine_only=false

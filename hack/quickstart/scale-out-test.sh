@@ -10,7 +10,7 @@
 #
 #   scale-out-test.sh test       (make test-scale-out)
 #     brings the clusters up, then runs the Go test test/scaleout (build tag
-#     realcluster; its output also in out/scale-out-test/go-test.log):
+#     realcluster; its output also in out/scale-out-test/go-test-scaleout.log):
 #     1. the MachinePool 0->10, every Node Ready; prints the time
 #     2. 10->0: every machine, Node and container of the pool gone
 #     3. the host's fs.inotify.max_user_instances lowered to what is in use
@@ -149,6 +149,7 @@ scale_in() {
 
 on_failure() {
   restore_limit
+  start_engine_if_stopped
   diagnose
   if $remove_on_failure; then
     remove_on_failure=false
@@ -157,22 +158,10 @@ on_failure() {
   fi
 }
 
-# go_test PACKAGE TIMEOUT [NAME=VALUE...]: runs the Go tests of PACKAGE
-# (build tag realcluster) against the clusters up now, with where they are
-# in REALCLUSTER_* (test/realcluster) and the variables given; the output
-# also in $QS_OUT/go-test.log.
-go_test() {
-  log "go test -tags realcluster ./$1 (output also in $QS_OUT/go-test.log)"
-  (cd "$QS_ROOT" && env REALCLUSTER_MGMT_KUBECONFIG="$mgmt_kubeconfig" REALCLUSTER_KUBECONFIG="$kubeconfig" \
-    REALCLUSTER_CLUSTER="$cluster" REALCLUSTER_NAMESPACE="$namespace" REALCLUSTER_MGMT_NAME="$mgmt_name" \
-    REALCLUSTER_KUBECTL="$kubectl" REALCLUSTER_OUT="$QS_OUT" REALCLUSTER_NODE_TIMEOUT="$timeout" "${@:3}" \
-    go test -tags realcluster -count=1 -v -timeout "$2" "./$1") 2>&1 | tee "$QS_OUT/go-test.log" >&2
-}
-
 test_scale_out() {
   remove_on_failure=true
-  step "compile test/scaleout"
-  (cd "$QS_ROOT" && go test -tags realcluster -c -o /dev/null ./test/scaleout)
+  step "compile test/scaleout and test/chaos"
+  (cd "$QS_ROOT" && go test -tags realcluster -c -o /dev/null ./test/scaleout && go test -tags realcluster -c -o /dev/null ./test/chaos)
   up
   trap 'restore_limit; kill "$mem_pid" 2>/dev/null || true' EXIT
   trap 'exit 143' TERM INT
@@ -180,6 +169,11 @@ test_scale_out() {
   save_limit
   go_test test/scaleout 90m SCALE_OUT_REPLICAS="$replicas" SCALE_OUT_HEADROOM="$headroom" LOWERED_WINDOW="$lowered_window"
   restore_limit
+  # make test-chaos's test on the same clusters, which are as it wants
+  # them now (the pool at 0): it deletes the cluster at its end.
+  step "kill the manager during a MachinePool 0->$replicas and the deletion; restart the engine once (test/chaos)"
+  rm -f "$QS_OUT/engine-stopped"
+  go_test test/chaos 30m RESTART_ENGINE_CONTROL="$QS_ROOT/hack/quickstart/restart-test.sh" CHAOS_REPLICAS="$replicas"
   end_step
   down
 }

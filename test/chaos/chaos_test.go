@@ -75,7 +75,7 @@ type kill struct {
 // engine restart after kill CHAOS_RESTART_AFTER (5), and the rest during
 // the cluster's deletion, at least CHAOS_DELETE_KILLS (6) of them. Each
 // kill comes after the new manager has led for a random time of 0.5 s to
-// CHAOS_MAX_WORK seconds (4), drawn from CHAOS_SEED (random, logged, to
+// CHAOS_MAX_WORK seconds (4; half that in the deletion), drawn from CHAOS_SEED (random, logged, to
 // replay a run). Then: every Node Ready; no pod CIDR held twice at once by
 // the Nodes or by CAPCT's records, sampled every 2 s throughout; the
 // deletion finished; nothing of the cluster left on the engine.
@@ -116,7 +116,7 @@ func TestManagerKilledDuringScaleOutAndDeletion(t *testing.T) {
 			nodes, err := c.Nodes(ctx)
 			return err == nil && realcluster.CountNodes(nodes).Are(0, replicas)
 		}
-		landed := c.killRepeatedly(ctx, t, "scale-out", total-deleteKills, restartAfter, ready)
+		landed := c.killRepeatedly(ctx, t, "scale-out", total-deleteKills, restartAfter, c.maxWork, ready)
 		if landed < restartAfter {
 			t.Errorf("the pool was Ready after %d kills, before the engine restart planned after kill %d", landed, restartAfter)
 		}
@@ -145,7 +145,9 @@ func TestManagerKilledDuringScaleOutAndDeletion(t *testing.T) {
 		start := time.Now()
 		c.deleteCluster(ctx, t)
 		gone := func(ctx context.Context) bool { return c.clusterGone(ctx) }
-		c.killRepeatedly(ctx, t, "deletion", total-len(c.kills), 0, gone)
+		// A deletion is less work than a scale-out: shorter terms, so
+		// that its kills land before it is done.
+		c.killRepeatedly(ctx, t, "deletion", total-len(c.kills), 0, max(minWork, c.maxWork/2), gone)
 		if err := c.waitClusterGone(ctx, 10*time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -161,10 +163,11 @@ func TestManagerKilledDuringScaleOutAndDeletion(t *testing.T) {
 }
 
 // killRepeatedly kills the manager up to n times, each after the manager
-// of the moment has led for a random time, and restarts the engine after
+// of the moment has led for a random time of minWork to maxWork, and
+// restarts the engine after
 // kill number restartAfter (0: never). It stops early when done says the
 // phase's work is over, and returns how many kills landed.
-func (c *chaos) killRepeatedly(ctx context.Context, t *testing.T, phase string, n, restartAfter int, done func(context.Context) bool) int {
+func (c *chaos) killRepeatedly(ctx context.Context, t *testing.T, phase string, n, restartAfter int, maxWork time.Duration, done func(context.Context) bool) int {
 	t.Helper()
 	start := time.Now()
 	for i := 1; i <= n; i++ {
@@ -173,7 +176,7 @@ func (c *chaos) killRepeatedly(ctx context.Context, t *testing.T, phase string, 
 			t.Fatalf("before kill %d of the %s: %v", i, phase, err)
 		}
 		led := time.Now()
-		work := minWork + time.Duration(c.rng.Int64N(int64(c.maxWork-minWork)+1))
+		work := minWork + time.Duration(c.rng.Int64N(int64(maxWork-minWork)+1))
 		realcluster.Pause(ctx, work)
 		if done(ctx) {
 			t.Logf("the %s was over before kill %d of up to %d", phase, i, n)
@@ -509,7 +512,7 @@ func (c *chaos) report(t *testing.T, scaleTook, deleteTook time.Duration) {
 	for i, k := range c.kills {
 		fmt.Fprintf(&b, "\n  %2d  %-9s +%-5s led %-4s %s", i+1, k.phase, k.at.Round(time.Second), k.work.Round(time.Second), k.machines)
 	}
-	t.Logf("figures: %d kills (each after the new manager led for %s-%s), 1 engine restart; scale-out to every Node Ready %s, deletion %s; kills:%s",
+	t.Logf("figures: %d kills (each after the new manager led for %s-%s, in the deletion up to half that), 1 engine restart; scale-out to every Node Ready %s, deletion %s; kills:%s",
 		len(c.kills), minWork, c.maxWork, scaleTook.Round(time.Second), deleteTook.Round(time.Second), b.String())
 	if n := realcluster.Int(t, "CHAOS_KILLS", 20); len(c.kills) < n {
 		t.Logf("%d of the %d kills landed: the work was done before the rest", len(c.kills), n)
