@@ -88,7 +88,7 @@ verify: generate ## Fail when generated files are stale, code is not gofmt'd, go
 ## Test
 
 .PHONY: test
-test: ## Run every test: unit, envtest, Docker, fuzz, the node images, the whole quickstart, an engine restart, a scale-out on real nodes, Cluster API's QuickStart, MachinePool and upgrade e2e specs, a cluster on Podman, and a second engine over TCP+TLS (sets up Docker, Podman and envtest itself)
+test: ## Run every test: unit, envtest, Docker, fuzz, the node images, the whole quickstart, an engine restart, a scale-out on real nodes, the manager killed 20 times under a scale-out and a deletion, Cluster API's QuickStart, MachinePool and upgrade e2e specs, a cluster on Podman, and a second engine over TCP+TLS (sets up Docker, Podman and envtest itself)
 	$(MAKE) verify
 	$(MAKE) test-go
 	$(MAKE) test-fuzz
@@ -104,9 +104,11 @@ test: ## Run every test: unit, envtest, Docker, fuzz, the node images, the whole
 test-go: ## Run the Go tests, with the race detector, against a real API server and Docker engine
 	hack/ensure-docker.sh
 	hack/ensure-cgo.sh
-	@# A lifecycle test preloads images into the real node image's containerd;
-	@# built here, a cold build does not count against the tests' timeout.
+	@# A lifecycle test preloads images into the real node image's containerd,
+	@# and the pull tests pull from a registry built from source; built here,
+	@# a cold build does not count against the tests' timeout.
 	$(MAKE) node-image
+	$(MAKE) registry-image
 	KUBEBUILDER_ASSETS="$$(hack/ensure-envtest.sh)" CGO_ENABLED=1 go test -tags=$(GO_TEST_TAGS) $(GO_TEST_FLAGS) -count=1 -timeout $(GO_TEST_TIMEOUT) $(GO_TEST_PACKAGES)
 
 .PHONY: test-fuzz

@@ -132,9 +132,20 @@ const (
 	// the manager restarts with other flags.
 	RefusedByPolicyReason = "RefusedByPolicy"
 	// ImageNotOnHostReason: an image the machine needs is not on the
-	// container host, and CAPCT does not pull. The message names each
-	// field; the machine launches once the images are loaded.
+	// container host, and its imagePullPolicy is Never (or no other engine
+	// had it to copy). The message names each field; the machine launches
+	// once the images are loaded.
 	ImageNotOnHostReason = "ImageNotOnHost"
+	// PullingImageReason: an image the machine or load balancer needs is
+	// being pulled onto its engine from the image's registry; the message
+	// says how far. It launches once the pull ends.
+	PullingImageReason = "PullingImage"
+	// ImagePullFailedReason: the engine could not pull an image the
+	// machine or load balancer needs. The message names the field, the
+	// image and the registry's answer (never the credentials); the pull is
+	// tried again after a while, and the machine launches once the image
+	// is on the engine.
+	ImagePullFailedReason = "ImagePullFailed"
 	// NotSupportedYetReason: the object asks for a feature whose API exists
 	// but whose behaviour is not built yet (docs/multihost.md); nothing is
 	// made for it.

@@ -71,6 +71,98 @@ type ContainerClusterSpec struct {
 	// allocation.
 	// +optional
 	Network NetworkSpec `json:"network,omitempty,omitzero"`
+
+	// imagePullSecretRef names a Secret of type
+	// kubernetes.io/dockerconfigjson in the cluster's namespace whose
+	// credentials the engines present when they pull the cluster's node,
+	// preloaded and load-balancer images: for each image, those of the
+	// entry for its registry's host (docs/registries.md). An image whose
+	// registry has no entry is pulled anonymously. The manager reads the
+	// Secret by name when a pull starts, and never writes its data to a
+	// log, an event or a condition.
+	// +optional
+	ImagePullSecretRef *LocalObjectReference `json:"imagePullSecretRef,omitempty"`
+
+	// registryMirrors say how the nodes' containerd reaches image
+	// registries: mirrors tried in order before the registry itself, and
+	// the address and CA of a private registry. CAPCT writes each entry as
+	// containerd's /etc/containerd/certs.d/<registry>/hosts.toml (with its
+	// CA files) into a node before the node bootstraps (docs/registries.md).
+	// A change reaches the machines made after it, not the running ones:
+	// roll the machines to give them the new configuration. Credentials are
+	// not set here: pods pull from a private registry with their
+	// imagePullSecrets.
+	// +optional
+	// +listType=map
+	// +listMapKey=registry
+	// +kubebuilder:validation:MaxItems=16
+	RegistryMirrors []RegistryMirror `json:"registryMirrors,omitempty"`
+}
+
+// RegistryMirror is how nodes reach one image registry.
+// +kubebuilder:validation:XValidation:rule="has(self.endpoints) || has(self.server)",message="set endpoints, server or both: an entry with neither changes nothing"
+// +kubebuilder:validation:XValidation:rule="self.registry != '_default' || !has(self.server)",message="_default has no server: it applies to every registry without an entry of its own, each of which keeps its own address",fieldPath=".server"
+type RegistryMirror struct {
+	// registry is the host, with its port if it has one, that image names
+	// carry: docker.io (for nginx:1.27 too), registry.k8s.io,
+	// localhost:5000, [fd00::1]:5000. _default applies to every registry
+	// without an entry of its own. Lower case: a folder is named after it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^(_default|([a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*|\[[0-9a-f:.]+\])(:[0-9]{1,5})?)$`
+	Registry string `json:"registry"`
+
+	// endpoints are the mirrors, tried in this order for pulls and tag
+	// lookups (containerd's capabilities pull and resolve) before server.
+	// The registry itself (or server) is always tried last.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=4
+	Endpoints []RegistryEndpoint `json:"endpoints,omitempty"`
+
+	// server replaces the registry's own address as the one tried last
+	// (containerd's server), for a registry reached at another URL or with
+	// its own CA. Unset: the registry's own address, https (docker.io:
+	// https://registry-1.docker.io).
+	// +optional
+	Server *RegistryEndpoint `json:"server,omitempty"`
+}
+
+// RegistryEndpoint is one address of a registry or of a mirror.
+// +kubebuilder:validation:XValidation:rule="!has(self.caBundle) || !has(self.insecureSkipVerify) || !self.insecureSkipVerify",message="caBundle and insecureSkipVerify exclude each other: one trusts a CA, the other trusts any certificate",fieldPath=".insecureSkipVerify"
+type RegistryEndpoint struct {
+	// url of the endpoint: http:// or https://, a host name or address, an
+	// optional port and path; no credentials, query or fragment.
+	// +required
+	// +kubebuilder:validation:MinLength=8
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[0-9a-fA-F:.]+\])(:[0-9]{1,5})?(/[a-zA-Z0-9._~%+:@/-]*)?$`
+	// +kubebuilder:validation:XValidation:rule="isURL(self)",message="url must be a URL"
+	URL string `json:"url"`
+
+	// caBundle is the PEM certificates that the endpoint's TLS certificate
+	// must chain to, besides the node's system CAs: for a registry with a
+	// private CA.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=16384
+	// +kubebuilder:validation:XValidation:rule="self.contains('-----BEGIN CERTIFICATE-----')",message="caBundle must hold PEM certificates (-----BEGIN CERTIFICATE-----)"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('PRIVATE KEY')",message="caBundle must not hold a private key: it is written to every node, and only the CA's certificate is needed"
+	CABundle string `json:"caBundle,omitempty"`
+
+	// insecureSkipVerify accepts any TLS certificate from the endpoint
+	// (containerd's skip_verify). For a test registry only: anyone on the
+	// way can then serve the nodes' images.
+	// +optional
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+
+	// overridePath: url's path is the registry API's root, used as it is,
+	// rather than the path to which /v2 is added (containerd's
+	// override_path), for a registry served under another path.
+	// +optional
+	OverridePath bool `json:"overridePath,omitempty"`
 }
 
 // ClusterEngine is one ContainerEngine a cluster's machines may run on.
@@ -91,13 +183,20 @@ type ClusterEngine struct {
 // LoadBalancerSpec configures the control-plane load balancer.
 type LoadBalancerSpec struct {
 	// image of the HAProxy container. Defaults to capct/haproxy:2.6, which
-	// make lb-image builds. CAPCT never pulls: the image must be on the
-	// engine, as kind's kindest/haproxy images are where kind has run.
+	// make lb-image builds. One the cluster's first engine lacks is pulled
+	// there unless imagePullPolicy is Never.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:Pattern=`^[^\s]+$`
 	Image string `json:"image,omitempty"`
+
+	// imagePullPolicy says whether the engine pulls the load balancer's
+	// image when it lacks it: IfNotPresent (empty means IfNotPresent) or
+	// Never (see ImagePullPolicy for why IfNotPresent is the default).
+	// Credentials come from the cluster's imagePullSecretRef.
+	// +optional
+	ImagePullPolicy ImagePullPolicy `json:"imagePullPolicy,omitempty"`
 
 	// listenAddress is the container host's address on which the load
 	// balancer publishes the API server port (status.loadBalancer.hostPort):

@@ -20,6 +20,12 @@ const (
 	// is looked for there only. It is metadata for the reason
 	// PodCIDRsAnnotation is, set by CAPCT, and never changed once set.
 	EngineAnnotation = "container.infrastructure.cluster.x-k8s.io/engine"
+
+	// FailureDomainAnnotation is the failure domain a ContainerMachinePool
+	// chose for its member from the MachinePool's spec.failureDomains:
+	// Cluster API makes a pool's Machines with none, so placement takes
+	// this as the Machine's spec.failureDomain (docs/machinepool.md).
+	FailureDomainAnnotation = "containermachinepool.infrastructure.cluster.x-k8s.io/failure-domain"
 )
 
 // ContainerMachineSpec is the desired state of a ContainerMachine.
@@ -64,12 +70,22 @@ type ContainerMachineSpec struct {
 
 	// preLoadImages are copied from the container host into the node's
 	// containerd before bootstrap, so that nodes need no registry for them.
+	// imagePullPolicy decides whether one the host lacks is pulled there
+	// first.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=512
 	PreLoadImages []string `json:"preLoadImages,omitempty"`
+
+	// imagePullPolicy says whether the engine pulls the node image (image,
+	// or its default) and the preLoadImages that it lacks: IfNotPresent
+	// (empty means IfNotPresent) or Never. An image the engine holds is
+	// never pulled again, whatever the policy. Credentials come from the
+	// ContainerCluster's imagePullSecretRef (docs/registries.md).
+	// +optional
+	ImagePullPolicy ImagePullPolicy `json:"imagePullPolicy,omitempty"`
 
 	// resources limit the container's CPUs and memory.
 	// +optional
@@ -79,6 +95,36 @@ type ContainerMachineSpec struct {
 	// +optional
 	Lifecycle MachineLifecycle `json:"lifecycle,omitempty,omitzero"`
 }
+
+// ImagePullPolicy says whether CAPCT has a container engine pull an image
+// that it lacks, from the image's registry.
+//
+// IfNotPresent is the default. Users of CAPD and kind expect a missing
+// image to be pulled, and templates written for them name images on public
+// registries. It changes nothing for an image the engine holds: one loaded
+// by hand or built on the host (capct/node, capct/haproxy) is used as it is,
+// without asking any registry, so an offline host runs exactly as under
+// Never, and a missing image there ends in ImagePullFailed, whose message
+// carries the registry's answer, until it is loaded. Which images can be
+// pulled at all, and so which registries are asked, is the manager's
+// --allowed-image-prefixes to decide (docs/security.md). Always is not
+// offered: machines of one spec would run whatever the tag named at each
+// launch.
+// +kubebuilder:validation:Enum=Never;IfNotPresent
+type ImagePullPolicy string
+
+const (
+	// ImagePullIfNotPresent pulls an image that the engine lacks; the
+	// default.
+	ImagePullIfNotPresent ImagePullPolicy = "IfNotPresent"
+	// ImagePullNever never pulls: an image the engine lacks waits
+	// (ImageNotOnHost) until someone loads it there.
+	ImagePullNever ImagePullPolicy = "Never"
+)
+
+// Pulls reports whether the policy lets the engine pull a missing image;
+// empty is the default, IfNotPresent.
+func (p ImagePullPolicy) Pulls() bool { return p != ImagePullNever }
 
 // ContainerMachineStatus is the observed state of a ContainerMachine.
 type ContainerMachineStatus struct {

@@ -19,4 +19,9 @@
 // Networks get a subnet derived deterministically from their name (see
 // Subnets), retried a bounded number of times when the engine reports that the
 // address pool overlaps an existing one.
+//
+// PullImage has the engine pull from a registry with a RegistryAuth, which
+// DockerConfig chooses per image from a kubernetes.io/dockerconfigjson
+// Secret's data by the image's registry host. Credentials format redacted,
+// and no error about them quotes them.
 package container

@@ -43,6 +43,9 @@ const (
 	// held by another container or a program of the host. Its cause is a
 	// *HostPortInUseError.
 	KindHostPortInUse
+	// KindUnauthorized: a registry refused a pull for want of valid
+	// credentials (its 401), none given or wrong ones.
+	KindUnauthorized
 )
 
 func (k ErrorKind) String() string {
@@ -67,6 +70,8 @@ func (k ErrorKind) String() string {
 		return "StaticAddressUnsupported"
 	case KindHostPortInUse:
 		return "HostPortInUse"
+	case KindUnauthorized:
+		return "Unauthorized"
 	default:
 		return "Unknown"
 	}
@@ -153,6 +158,10 @@ func IsInUse(err error) bool { return KindOf(err) == KindInUse }
 // publishes is held by another container or program. Another address does
 // not help; the port must be freed, or the container made with another.
 func IsHostPortInUse(err error) bool { return KindOf(err) == KindHostPortInUse }
+
+// IsUnauthorized reports whether err says a registry refused a pull for
+// want of valid credentials.
+func IsUnauthorized(err error) bool { return KindOf(err) == KindUnauthorized }
 
 // HostPortInUseError is the cause of a start that the engine refused
 // because a fixed host port of the container is taken. HostIP, HostPort

@@ -30,10 +30,11 @@ const (
 	LabelPool = "io.x-k8s.capct.pool"
 )
 
-// Owner says who owns an engine object. Every mutating Runtime call names the
-// owner it expects, and the runtime refuses (a conflict error) to touch an
-// object whose labels name another: CAPCT never changes or removes what it
-// did not create for that very cluster and machine.
+// Owner says who owns an engine object. Every Runtime call that changes an
+// object, or reads a container's files, names the owner it expects, and the
+// runtime refuses (a conflict error) to touch an object whose labels name
+// another: CAPCT never changes, removes or reads out of what it did not
+// create for that very cluster and machine.
 type Owner struct {
 	// Namespace of the Cluster.
 	Namespace string
@@ -113,18 +114,6 @@ func OwnerOf(labels map[string]string) Owner {
 func NotOwnedError(op, object, name string, want Owner, labels map[string]string) error {
 	return NewError(op, object, name, KindConflict,
 		fmt.Errorf("refusing to %s %s %q: it belongs to %s, not to %s", op, object, name, describeOwner(labels), want))
-}
-
-// CheckMachineContainer returns the conflict error of NotOwnedError unless
-// labels name a complete owner with a machine: a container CAPCT made for a
-// machine of some cluster. It guards the calls that name no owner
-// (ReadFile), so that CAPCT reads nothing out of containers it did not make.
-func CheckMachineContainer(op, name string, labels map[string]string) error {
-	if owner := OwnerOf(labels); owner.Valid() && owner.Machine != "" {
-		return nil
-	}
-	return NewError(op, "container", name, KindConflict,
-		fmt.Errorf("refusing to %s container %q: it belongs to %s, not to a CAPCT machine", op, name, describeOwner(labels)))
 }
 
 func describeOwner(labels map[string]string) string {

@@ -74,10 +74,11 @@ type Runtime interface {
 	List(ctx context.Context, labelSelector map[string]string) ([]Machine, error)
 	// ReadFile reads the regular file path from the container, without exec.
 	// A file larger than MaxFileSize is an error for which IsInvalid is true.
-	// A container that no CAPCT machine owns (see CheckMachineContainer) is
-	// refused with a conflict error, as the calls that change one are; like
-	// them, it reads the container it checked, by ID.
-	ReadFile(ctx context.Context, name, path string) ([]byte, error)
+	// Like the calls that change a container, it names the owner it expects
+	// and refuses a container of another with a conflict error (see
+	// Owner.Owns), so that a machine's files are read only by whoever acts
+	// for that machine; it reads the container it checked, by ID.
+	ReadFile(ctx context.Context, name string, owner Owner, path string) ([]byte, error)
 
 	// Info says what the engine is: its version, and its part in a swarm.
 	// It is the cheapest call that proves the engine answers.
@@ -103,6 +104,14 @@ type Runtime interface {
 	// the engine: how CAPCT puts an image on an engine that lacks it
 	// without a registry (imagecopy). A tar that is not one is an error.
 	LoadImages(ctx context.Context, tar io.Reader) error
+	// PullImage has the engine pull the image ref from its registry, with
+	// opts.Auth's credentials when set, and returns once the engine holds
+	// it. An image the registry does not have is a not-found error; a
+	// refusal (wrong credentials, no access) or a registry that cannot be
+	// reached is an error whose message carries the registry's answer as
+	// the engine reports it, never the credentials. Only the engine's own
+	// unreachability is an error for which IsUnreachable is true.
+	PullImage(ctx context.Context, ref string, opts PullOptions) error
 
 	// Events streams start, die and destroy events of CAPCT containers
 	// whose labels contain labelSelector. The channel is closed when ctx

@@ -25,8 +25,9 @@ const ImageTransferTimeout = 10 * time.Minute
 // Exec gets the longer of its ExecInput.Timeout and d; an Exec without a
 // timeout whose context already has a deadline (a bootstrap step under the
 // bootstrap timeout) keeps that deadline alone. SaveImages and LoadImages
-// get ImageTransferTimeout. Events is a stream that lives as long as its
-// context and is not bounded. A d of 0 or less returns rt unchanged.
+// get ImageTransferTimeout, and PullImage ImagePullTimeout (cut off, a
+// timeout error). Events is a stream that lives as long as its context and
+// is not bounded. A d of 0 or less returns rt unchanged.
 func WithCallTimeout(rt Runtime, d time.Duration) Runtime {
 	if d <= 0 {
 		return rt
@@ -144,8 +145,8 @@ func (b *boundedRuntime) WriteFile(ctx context.Context, name string, owner Owner
 	return err
 }
 
-func (b *boundedRuntime) ReadFile(ctx context.Context, name, path string) ([]byte, error) {
-	return call(ctx, b.gate, b.bound, func(ctx context.Context) ([]byte, error) { return b.rt.ReadFile(ctx, name, path) })
+func (b *boundedRuntime) ReadFile(ctx context.Context, name string, owner Owner, path string) ([]byte, error) {
+	return call(ctx, b.gate, b.bound, func(ctx context.Context) ([]byte, error) { return b.rt.ReadFile(ctx, name, owner, path) })
 }
 
 func (b *boundedRuntime) Info(ctx context.Context) (EngineInfo, error) {
@@ -183,6 +184,23 @@ func (b *boundedRuntime) SaveImages(ctx context.Context, refs []string) (io.Read
 // reads the whole archive within the call.
 func (b *boundedRuntime) LoadImages(ctx context.Context, tar io.Reader) error {
 	_, err := call(ctx, b.gate, ImageTransferTimeout, noValue(func(ctx context.Context) error { return b.rt.LoadImages(ctx, tar) }))
+	return err
+}
+
+// PullImage gets ImagePullTimeout: a pull lasts as long as the registry
+// and the network make it. One cut off by the bound is a timeout error,
+// not an unreachable one: the engine was answering all along, and a slow
+// registry must not mark the engine away.
+func (b *boundedRuntime) PullImage(ctx context.Context, ref string, opts PullOptions) error {
+	_, err := gated(ctx, b.gate, func() (struct{}, error) {
+		bctx, cancel := context.WithTimeout(ctx, ImagePullTimeout)
+		defer cancel()
+		err := b.rt.PullImage(bctx, ref, opts)
+		if err != nil && ctx.Err() == nil && errors.Is(bctx.Err(), context.DeadlineExceeded) && !IsUnreachable(err) {
+			err = NewError("pull", "image", ref, KindTimeout, fmt.Errorf("the pull did not finish within %s: %w", ImagePullTimeout, err))
+		}
+		return struct{}{}, err
+	})
 	return err
 }
 

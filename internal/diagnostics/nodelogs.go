@@ -79,7 +79,7 @@ func CollectNodeLogs(ctx context.Context, rt container.Runtime, name string, own
 		l.note("the container %s could not be inspected: %v", name, err)
 		return l
 	}
-	l.readBootstrap(ctx, rt, name)
+	l.readBootstrap(ctx, rt, name, owner)
 	if c.State != container.StateRunning {
 		l.note("the container %s is %s: its journal cannot be read", name, c.State)
 		return l
@@ -101,8 +101,8 @@ func CollectNodeLogs(ctx context.Context, rt container.Runtime, name string, own
 }
 
 // readBootstrap reads the marks of the last bootstrap attempt.
-func (l *NodeLogs) readBootstrap(ctx context.Context, rt container.Runtime, name string) {
-	b, err := rt.ReadFile(ctx, name, provisioning.AttemptPath)
+func (l *NodeLogs) readBootstrap(ctx context.Context, rt container.Runtime, name string, owner container.Owner) {
+	b, err := rt.ReadFile(ctx, name, owner, provisioning.AttemptPath)
 	switch {
 	case container.IsNotFound(err):
 		l.note("no bootstrap attempt was made in %s", name)
@@ -126,7 +126,7 @@ func (l *NodeLogs) readBootstrap(ctx context.Context, rt container.Runtime, name
 		{marks.Diagnostics, MarkLimit, &l.BootstrapDiagnostics},
 		{marks.Log, BootstrapLogLimit, &l.BootstrapLog},
 	} {
-		b, err := rt.ReadFile(ctx, name, part.path)
+		b, err := rt.ReadFile(ctx, name, owner, part.path)
 		switch {
 		case container.IsNotFound(err):
 			// An attempt that is still running, or that succeeded, has no

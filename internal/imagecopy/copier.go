@@ -13,6 +13,15 @@
 // that ID (a tag moved meanwhile changes nothing), loaded, found on the
 // target by that ID, which the target derived from the bytes it received,
 // and only then tagged there (ImageMismatchError otherwise).
+//
+// It also has engines pull images from their registries (Pull), where an
+// object's imagePullPolicy allows, the same way: once per engine and
+// image, on a goroutine of its own, with the progress reported and the
+// waiters woken at the end; a failed pull is tried again after a backoff
+// that doubles up to MaxPullRetryAfter. Obtain decides between the two
+// for the images an object lacks: a copy from an engine of its cluster
+// first, so that all of a cluster's machines run the same image, and a
+// pull only when none holds it (docs/registries.md).
 package imagecopy
 
 import (
@@ -114,15 +123,25 @@ type Copier struct {
 	jobs map[jobKey]*job
 }
 
-type jobKey struct{ target, ref string }
+// jobKey is what a job puts where: a copy and a pull of the same image to
+// the same engine are jobs of their own, so that a copy that found no
+// source never stands for the pull that follows it.
+type jobKey struct {
+	target, ref string
+	pull        bool
+}
 
 type job struct {
 	source string
+	// copied counts the bytes copied, or fetched by a pull.
 	copied atomic.Int64
-	// done, err and finished are guarded by Copier.mu.
+	// done, err, finished and failures are guarded by Copier.mu.
 	done     bool
 	err      error
 	finished time.Time
+	// failures counts the pulls of the key that failed in a row, this one
+	// included once it has; it sets the pull's backoff.
+	failures int
 	waiters  map[types.NamespacedName]struct{}
 }
 
@@ -140,14 +159,16 @@ func New(base context.Context, set engines.Set, maxSize int64, notify func(types
 	return &Copier{base: base, engines: set, maxSize: maxSize, notify: notify, clock: clk, jobs: map[jobKey]*job{}}
 }
 
-// Status is where the copy of an image to an engine stands.
+// Status is where the copy or the pull of an image to an engine stands.
 type Status struct {
 	// Copying is true while a copy runs: from Source, Copied bytes so far.
 	Copying bool
 	Source  string
 	Copied  int64
-	// Err is why the last copy failed, reported until RetryAfter has
-	// passed.
+	// Pulling is true while a pull runs, Copied bytes fetched so far.
+	Pulling bool
+	// Err is why the last copy or pull failed, reported until RetryAfter
+	// (for a pull, its backoff) has passed.
 	Err error
 }
 
@@ -171,15 +192,19 @@ func (c *Copier) Ensure(target, ref string, sources []string, waiter types.Names
 	}
 	j = &job{waiters: map[types.NamespacedName]struct{}{waiter: {}}}
 	c.jobs[key] = j
-	go c.run(key, j, slices.DeleteFunc(slices.Clone(sources), func(s string) bool { return s == target }))
+	sources = slices.DeleteFunc(slices.Clone(sources), func(s string) bool { return s == target })
+	go c.run(j, func() error { return c.transfer(key, j, sources) })
 	return Status{Copying: true}
 }
 
-// run copies, records the outcome and wakes the waiters.
-func (c *Copier) run(key jobKey, j *job, sources []string) {
-	err := c.transfer(key, j, sources)
+// run runs a job's work, records the outcome and wakes the waiters.
+func (c *Copier) run(j *job, work func() error) {
+	err := work()
 	c.mu.Lock()
 	j.done, j.err, j.finished = true, err, c.clock.Now()
+	if err != nil {
+		j.failures++
+	}
 	waiters := j.waiters
 	j.waiters = nil
 	c.mu.Unlock()
@@ -302,9 +327,13 @@ func Sources(cc *infrav1.ContainerCluster) []string {
 // a handful, not thousands.
 const progressStep = 256 << 20
 
-// Describe says, for a condition, how the copy of ref (the value of field)
-// to target stands while it runs.
+// Describe says, for a condition, how the copy or the pull of ref (the
+// value of field) to target stands while it runs.
 func (st Status) Describe(ref, field, target string) string {
+	if st.Pulling {
+		fetched := st.Copied / progressStep * progressStep
+		return fmt.Sprintf("pulling image %q of %s onto %s from its registry: %d MiB so far", ref, field, engineDescription(target), fetched>>20)
+	}
 	from := "another engine"
 	if st.Source != "" {
 		from = "engine " + engineName(st.Source)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/machineprovider"
 	"github.com/capct/cluster-api-provider-container/internal/provisioning"
+	"github.com/capct/cluster-api-provider-container/internal/registryconfig"
 )
 
 const (
@@ -68,6 +70,9 @@ type Bootstrap struct {
 	Runner   *BootstrapRunner
 	Clock    clock.PassiveClock
 	Recorder record.EventRecorder
+	// LookupEnv reads the manager's proxy settings, which its nodes get
+	// (registryconfig.ProxyFromEnvironment); nil means os.LookupEnv.
+	LookupEnv func(string) (string, bool)
 }
 
 // Reconcile implements Phase.
@@ -95,8 +100,8 @@ func (b *Bootstrap) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result
 		return ctrl.Result{RequeueAfter: bootstrapPoll}, nil
 	}
 
-	name := s.Container.Name
-	r, err := readRun(ctx, s.Runtime, name)
+	name, owner := s.Container.Name, s.Owner()
+	r, err := readRun(ctx, s.Runtime, name, owner)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("failed to read the bootstrap marks of ContainerMachine %s: %w", key, err)
 	}
@@ -108,7 +113,7 @@ func (b *Bootstrap) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result
 	case runNone:
 		// Machines bootstrapped before CAPCT left marks only have the
 		// sentinel (on /run: it does not survive a container restart).
-		if _, err := s.Runtime.ReadFile(ctx, name, provisioning.SentinelPath); err == nil {
+		if _, err := s.Runtime.ReadFile(ctx, name, owner, provisioning.SentinelPath); err == nil {
 			return b.succeeded(s, now)
 		} else if !container.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("failed to look for the bootstrap sentinel of ContainerMachine %s: %w", key, err)
@@ -121,7 +126,7 @@ func (b *Bootstrap) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result
 		if r.exit.Code == 0 {
 			return b.succeeded(s, now)
 		}
-		f, err := readFailure(ctx, s.Runtime, name, r)
+		f, err := readFailure(ctx, s.Runtime, name, owner, r)
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("failed to read how bootstrap attempt %d of ContainerMachine %s failed: %w", r.attempt, key, err)
 		}
@@ -191,7 +196,7 @@ func (b *Bootstrap) start(ctx context.Context, s *MachineScope, now time.Time, n
 	}
 	// The run's deadline is wall-clock time: it bounds real work. The
 	// decision that the bootstrap timed out uses the injected clock.
-	started, err = b.Runner.Run(key, n, time.Now().Add(left), st.launch, exitMarked(s.Runtime, s.Container.Name, n))
+	started, err = b.Runner.Run(key, n, time.Now().Add(left), st.launch, exitMarked(s.Runtime, s.Container.Name, s.Owner(), n))
 	if err != nil {
 		return ctrl.Result{}, false, fmt.Errorf("failed to start bootstrap attempt %d of ContainerMachine %s: %w", n, key, err)
 	}
@@ -220,7 +225,7 @@ func (b *Bootstrap) watch(ctx context.Context, s *MachineScope, now time.Time, t
 		st := &stager{runtime: s.Runtime, container: s.Container.Name, owner: s.Owner(), attempt: r.attempt}
 		launch = st.start
 	}
-	if _, err := b.Runner.Run(key, r.attempt, time.Now().Add(left), launch, exitMarked(s.Runtime, s.Container.Name, r.attempt)); err != nil {
+	if _, err := b.Runner.Run(key, r.attempt, time.Now().Add(left), launch, exitMarked(s.Runtime, s.Container.Name, s.Owner(), r.attempt)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("failed to follow bootstrap attempt %d of ContainerMachine %s: %w", r.attempt, key, err)
 	}
 	return ctrl.Result{RequeueAfter: min(bootstrapPoll, left)}, nil
@@ -316,7 +321,41 @@ func (b *Bootstrap) plan(ctx context.Context, s *MachineScope) ([]provisioning.S
 	if err != nil {
 		return nil, &machineprovider.InvalidSpecError{Err: fmt.Errorf("failed to read bootstrap data Secret %s: %w", key, err)}
 	}
-	return steps, nil
+	registries, err := b.registrySteps(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return append(registries, steps...), nil
+}
+
+// registrySteps are the node's registry mirrors and proxy settings
+// (internal/registryconfig), which go before the bootstrap data's steps so
+// that they are in place before kubeadm makes containerd pull.
+func (b *Bootstrap) registrySteps(ctx context.Context, s *MachineScope) ([]provisioning.Step, error) {
+	cc := s.ContainerCluster
+	steps, err := registryconfig.HostsSteps(cc.Spec.RegistryMirrors)
+	if err != nil {
+		return nil, &machineprovider.InvalidSpecError{Err: fmt.Errorf("failed to render spec.registryMirrors of ContainerCluster %s/%s: %w", cc.Namespace, cc.Name, err)}
+	}
+	lookup := b.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	proxy := registryconfig.ProxyFromEnvironment(lookup)
+	if proxy.IsZero() {
+		return steps, nil
+	}
+	network, err := s.Runtime.InspectNetwork(ctx, s.Container.Network)
+	if err != nil {
+		return nil, fmt.Errorf("failed to inspect network %s for the NO_PROXY of ContainerMachine %s/%s: %w", s.Container.Network, s.ContainerMachine.Namespace, s.ContainerMachine.Name, err)
+	}
+	// The manager's settings, not the machine's: an error is not the
+	// machine's to fail for, and names the variable, never its value.
+	ps, err := registryconfig.ProxySteps(proxy, registryconfig.NoProxy(proxy.NoProxy, s.Cluster, cc, network.IPv4Subnet, network.IPv6Subnet))
+	if err != nil {
+		return nil, fmt.Errorf("failed to give ContainerMachine %s/%s the manager's proxy settings: %w", s.ContainerMachine.Namespace, s.ContainerMachine.Name, err)
+	}
+	return append(steps, ps...), nil
 }
 
 // runStates of a machine's bootstrap, as its marks show them.
@@ -345,8 +384,8 @@ type runState struct {
 
 // readRun reads the marks of the latest attempt, cheapest first: the
 // attempt number, its exit mark, its start mark and its alive mark.
-func readRun(ctx context.Context, rt container.Runtime, name string) (runState, error) {
-	b, err := rt.ReadFile(ctx, name, provisioning.AttemptPath)
+func readRun(ctx context.Context, rt container.Runtime, name string, owner container.Owner) (runState, error) {
+	b, err := rt.ReadFile(ctx, name, owner, provisioning.AttemptPath)
 	if container.IsNotFound(err) {
 		return runState{state: runNone}, nil
 	}
@@ -360,7 +399,7 @@ func readRun(ctx context.Context, rt container.Runtime, name string) (runState, 
 	}
 	marks := provisioning.Marks(n)
 	r := runState{attempt: n}
-	if b, err := rt.ReadFile(ctx, name, marks.Exit); err == nil {
+	if b, err := rt.ReadFile(ctx, name, owner, marks.Exit); err == nil {
 		if exit, ok := provisioning.ParseExit(b); ok {
 			r.state, r.exit = runEnded, exit
 			return r, nil
@@ -368,7 +407,7 @@ func readRun(ctx context.Context, rt container.Runtime, name string) (runState, 
 	} else if !container.IsNotFound(err) {
 		return runState{}, err
 	}
-	started, err := rt.ReadFile(ctx, name, marks.Started)
+	started, err := rt.ReadFile(ctx, name, owner, marks.Started)
 	if container.IsNotFound(err) {
 		r.state = runLaunched
 		return r, nil
@@ -377,7 +416,7 @@ func readRun(ctx context.Context, rt container.Runtime, name string) (runState, 
 		return runState{}, err
 	}
 	r.pid, _ = strconv.Atoi(strings.TrimSpace(string(started)))
-	if _, err := rt.ReadFile(ctx, name, marks.Alive); container.IsNotFound(err) {
+	if _, err := rt.ReadFile(ctx, name, owner, marks.Alive); container.IsNotFound(err) {
 		r.state = runInterrupted
 		return r, nil
 	} else if err != nil {
@@ -388,11 +427,11 @@ func readRun(ctx context.Context, rt container.Runtime, name string) (runState, 
 }
 
 // readFailure reads what a failed attempt left besides its exit mark.
-func readFailure(ctx context.Context, rt container.Runtime, name string, r runState) (attemptFailure, error) {
+func readFailure(ctx context.Context, rt container.Runtime, name string, owner container.Owner, r runState) (attemptFailure, error) {
 	f := attemptFailure{Exit: r.exit}
 	marks := provisioning.Marks(r.attempt)
 	for path, into := range map[string]*string{marks.Output: &f.Output, marks.Diagnostics: &f.Diagnostics} {
-		b, err := rt.ReadFile(ctx, name, path)
+		b, err := rt.ReadFile(ctx, name, owner, path)
 		if err != nil && !container.IsNotFound(err) {
 			return attemptFailure{}, err
 		}
@@ -402,10 +441,10 @@ func readFailure(ctx context.Context, rt container.Runtime, name string, r runSt
 }
 
 // exitMarked returns a watch that ends when attempt n's exit mark is there.
-func exitMarked(rt container.Runtime, name string, n int) func(context.Context) (bool, error) {
+func exitMarked(rt container.Runtime, name string, owner container.Owner, n int) func(context.Context) (bool, error) {
 	path := provisioning.Marks(n).Exit
 	return func(ctx context.Context) (bool, error) {
-		b, err := rt.ReadFile(ctx, name, path)
+		b, err := rt.ReadFile(ctx, name, owner, path)
 		if container.IsNotFound(err) {
 			return false, nil
 		}

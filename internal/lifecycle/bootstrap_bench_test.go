@@ -264,7 +264,7 @@ func (h *benchHost) bootstrapAll(bound int, machines []*MachineScope) (time.Dura
 					if c.Status != metav1.ConditionTrue {
 						h.b.Errorf("%s: %s %s", key, c.Reason, c.Message)
 					}
-					if b, err := h.rt.ReadFile(ctx, s.Container.Name, provisioning.AttemptPath); err == nil {
+					if b, err := h.rt.ReadFile(ctx, s.Container.Name, s.Owner(), provisioning.AttemptPath); err == nil {
 						attempts[i], _ = strconv.Atoi(strings.TrimSpace(string(b)))
 					}
 					slowest <- time.Since(started)

@@ -140,7 +140,7 @@ func newDockerEnvWith(t *testing.T, data string, tools map[string]string, mutate
 // lines counts the lines of a file in the container; a missing file has 0.
 func (e *dockerEnv) lines(path string) int {
 	e.t.Helper()
-	b, err := e.rt.ReadFile(context.Background(), e.s.ContainerName(), path)
+	b, err := e.rt.ReadFile(context.Background(), e.s.ContainerName(), e.s.Owner(), path)
 	if container.IsNotFound(err) {
 		return 0
 	}
@@ -190,7 +190,7 @@ func TestDockerBootstrapRetriesARuntimeNotReady(t *testing.T) {
 	if runs, resets := e.lines("/var/kubeadm-runs"), e.lines("/var/kubeadm-resets"); runs != 2 || resets != 1 {
 		t.Fatalf("want kubeadm join twice with a reset in between, got %d joins and %d resets", runs, resets)
 	}
-	if hosts, err := e.rt.ReadFile(context.Background(), e.s.ContainerName(), "/etc/hosts"); err != nil || strings.Count(string(hosts), "10.0.0.1 node") != 1 {
+	if hosts, err := e.rt.ReadFile(context.Background(), e.s.ContainerName(), e.s.Owner(), "/etc/hosts"); err != nil || strings.Count(string(hosts), "10.0.0.1 node") != 1 {
 		t.Fatalf("the append must apply once across attempts, /etc/hosts is %q (%v)", hosts, err)
 	}
 	evs := events(e.recorder)
@@ -218,7 +218,7 @@ func TestDockerBootstrapKeepsABadScriptTerminal(t *testing.T) {
 	// It stays so: no other attempt is made.
 	e.reconcileBootstrap(e.s)
 	wantCondition(t, e.s, infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.BootstrapFailedReason)
-	if b, err := e.rt.ReadFile(context.Background(), e.s.ContainerName(), "/var/lib/capct/bootstrap/attempt"); err != nil || string(b) != "1\n" {
+	if b, err := e.rt.ReadFile(context.Background(), e.s.ContainerName(), e.s.Owner(), "/var/lib/capct/bootstrap/attempt"); err != nil || string(b) != "1\n" {
 		t.Fatalf("want attempt 1 only, got %q %v", b, err)
 	}
 }

@@ -194,7 +194,7 @@ func TestBootstrapRetriesAFailureThatCanPass(t *testing.T) {
 	if n := k.count(cpName); n != 2 {
 		t.Fatalf("want kubeadm run twice, got %d", n)
 	}
-	hosts, err := e.runtime.ReadFile(ctx, cpName, "/etc/hosts")
+	hosts, err := e.runtime.ReadFile(ctx, cpName, clusterOwner.ForMachine("cp-0"), "/etc/hosts")
 	if err != nil || string(hosts) != "10.0.0.1 node\n" {
 		t.Fatalf("the append must apply once across attempts, got %q %v", hosts, err)
 	}
@@ -456,7 +456,7 @@ func TestBootstrapRunsTheDataAsynchronously(t *testing.T) {
 	s := e.scope()
 	bootstrap(t, e, s)
 	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
-	got, err := e.runtime.ReadFile(context.Background(), cpName, "/etc/capct/hostname")
+	got, err := e.runtime.ReadFile(context.Background(), cpName, clusterOwner.ForMachine("cp-0"), "/etc/capct/hostname")
 	if err != nil || string(got) != cpName {
 		t.Fatalf("want the hostname substituted into the file, got %q %v", got, err)
 	}
@@ -494,7 +494,7 @@ write_files:
 	s := e.scope()
 	bootstrap(t, e, s)
 	wantCondition(t, s, infrav1.BootstrappedCondition, metav1.ConditionTrue, infrav1.SucceededReason)
-	got, err := e.runtime.ReadFile(context.Background(), cpName, "/etc/capct/node-ip")
+	got, err := e.runtime.ReadFile(context.Background(), cpName, clusterOwner.ForMachine("cp-0"), "/etc/capct/node-ip")
 	if want := s.Container.IPv4; err != nil || !want.IsValid() || string(got) != want.String() {
 		t.Fatalf("want the container's address %s in the file, got %q %v", want, got, err)
 	}

@@ -93,7 +93,7 @@ func TestDockerIgnitionBootstrap(t *testing.T) {
 	if err := e.mgmt.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	hostsBefore, err := e.rt.ReadFile(ctx, e.s.ContainerName(), "/etc/hosts")
+	hostsBefore, err := e.rt.ReadFile(ctx, e.s.ContainerName(), e.s.Owner(), "/etc/hosts")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestDockerIgnitionBootstrap(t *testing.T) {
 		{"/etc/kubeadm.sh", "", "0700"},
 		{"/etc/systemd/system/kubeadm.service", "", "0644"},
 	} {
-		got, err := e.rt.ReadFile(ctx, name, f.path)
+		got, err := e.rt.ReadFile(ctx, name, e.s.Owner(), f.path)
 		if err != nil {
 			t.Fatalf("%s: %v", f.path, err)
 		}
@@ -132,7 +132,7 @@ func TestDockerIgnitionBootstrap(t *testing.T) {
 			t.Errorf("%s has mode %s, want %s", f.path, m, f.mode)
 		}
 	}
-	calls, err := e.rt.ReadFile(ctx, name, "/var/systemctl-calls")
+	calls, err := e.rt.ReadFile(ctx, name, e.s.Owner(), "/var/systemctl-calls")
 	if err != nil {
 		t.Fatal(err)
 	}

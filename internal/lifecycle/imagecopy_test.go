@@ -30,7 +30,7 @@ func TestLaunchCopiesAMissingImageToItsEngine(t *testing.T) {
 		{name: "held by the manager's own engine", image: "capct/node:v1.35.9",
 			wantAfterWake: infrav1.SucceededReason},
 		{name: "held by no engine", image: "capct/node:v0.0.0-nowhere",
-			wantAfterWake: infrav1.ImageNotOnHostReason, wantMessageHas: "could not copy"},
+			wantAfterWake: infrav1.ImageNotOnHostReason, wantMessageHas: "no other engine of the cluster holds it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, cloudConfig)
@@ -43,6 +43,8 @@ func TestLaunchCopiesAMissingImageToItsEngine(t *testing.T) {
 			s := e.scope()
 			e.onEngine(s, "engine-b", local)
 			s.ContainerMachine.Spec.Image = tc.image
+			// Copies alone: internal/machineprovider tests the pulls.
+			s.ContainerMachine.Spec.ImagePullPolicy = infrav1.ImagePullNever
 
 			if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 				t.Fatal(err)
@@ -81,6 +83,7 @@ func TestLaunchOnTheManagersEngineCopiesNothing(t *testing.T) {
 	e.deps.Images = imagecopy.New(ctx, engines.Named(map[string]container.Runtime{engines.Local: e.runtime, "engine-b": other}), 0, func(types.NamespacedName) {}, nil)
 	s := e.scope()
 	s.ContainerMachine.Spec.Image = "capct/node:v1.35.9"
+	s.ContainerMachine.Spec.ImagePullPolicy = infrav1.ImagePullNever
 	if _, err := e.deps.launch().Reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}

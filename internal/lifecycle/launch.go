@@ -167,8 +167,9 @@ func (l *Launch) notLaunched(s *MachineScope, now time.Time, was *metav1.Conditi
 
 // recordWait tells a person of a new wait where one can act on it, as a
 // Warning: on the machine, or once on its ContainerCluster for a full host.
-// Placement waits and an image copy in progress are the condition's alone
-// (the ContainerCluster's EnginesReady says why the engines are not ready).
+// Placement waits and an image copy or pull in progress are the
+// condition's alone (the ContainerCluster's EnginesReady says why the
+// engines are not ready).
 func (l *Launch) recordWait(s *MachineScope, wait *machineprovider.WaitError) {
 	switch wait.Reason {
 	case infrav1.WaitingForClusterInfrastructureReason:
@@ -176,7 +177,7 @@ func (l *Launch) recordWait(s *MachineScope, wait *machineprovider.WaitError) {
 		if wait.Announce {
 			l.Recorder.Event(s.ContainerCluster, corev1.EventTypeWarning, wait.Reason, wait.Message)
 		}
-	case infrav1.CopyingImageReason:
+	case infrav1.CopyingImageReason, infrav1.PullingImageReason:
 		// Progress, which the condition shows; nothing to act on.
 	default:
 		l.Recorder.Event(s.ContainerMachine, corev1.EventTypeWarning, wait.Reason, wait.Message)

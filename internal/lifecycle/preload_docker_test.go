@@ -87,7 +87,7 @@ func TestDockerPreloadFailsOnANodeWithoutSystemd(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "the node image has no systemctl") {
 		t.Fatalf("want the missing systemctl named, got %v", err)
 	}
-	if _, err := e.rt.ReadFile(context.Background(), e.s.ContainerName(), provisioning.AttemptPath); !container.IsNotFound(err) {
+	if _, err := e.rt.ReadFile(context.Background(), e.s.ContainerName(), e.s.Owner(), provisioning.AttemptPath); !container.IsNotFound(err) {
 		t.Fatalf("an attempt was staged on a node that cannot preload: %v", err)
 	}
 	if c := condition(e.s, infrav1.BootstrappedCondition); c.Status == metav1.ConditionTrue {

@@ -165,7 +165,7 @@ var serverLine = regexp.MustCompile(`(?m)^\s*server (\S+) \S+ weight (\d+)`)
 // configuration.
 func (e *lbEnv) wantWeights(want map[string]int) {
 	e.t.Helper()
-	cfg, err := e.runtime.ReadFile(context.Background(), e.name, loadbalancer.ConfigPath)
+	cfg, err := e.runtime.ReadFile(context.Background(), e.name, clusterOwner.ForMachine(naming.LoadBalancerMachine("c1")), loadbalancer.ConfigPath)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -243,7 +243,7 @@ func (lb *LoadBalancer) sync(ctx context.Context, rt container.Runtime, cluster 
 	if err != nil {
 		return false, "", &ReloadError{Reason: infrav1.LoadBalancerConfigInvalidReason, Err: err}
 	}
-	have, err := rt.ReadFile(ctx, name, ConfigPath)
+	have, err := rt.ReadFile(ctx, name, owner(cluster, cc), ConfigPath)
 	if err != nil && !container.IsNotFound(err) {
 		return false, "", fmt.Errorf("failed to read the configuration of load balancer %s: %w", name, err)
 	}

@@ -140,7 +140,7 @@ func TestSyncNeverInstallsAConfigurationHAProxyRefuses(t *testing.T) {
 	if !errors.As(err, &re) || re.Reason != infrav1.LoadBalancerConfigInvalidReason || !strings.Contains(err.Error(), "unknown keyword") {
 		t.Fatalf("want a LoadBalancerConfigInvalid error with HAProxy's message, got %v", err)
 	}
-	if _, err := e.rt.ReadFile(ctx, m.Name, ConfigPath); !container.IsNotFound(err) {
+	if _, err := e.rt.ReadFile(ctx, m.Name, owner(e.cluster, e.cc), ConfigPath); !container.IsNotFound(err) {
 		t.Fatalf("the refused configuration was put in place: %v", err)
 	}
 	if len(e.rt.Signals()) != 0 {
@@ -165,7 +165,7 @@ func TestSyncAndVerifyConfirmsTheLoadedConfiguration(t *testing.T) {
 
 	// The next pass finds the file in place but not loaded, and reloads
 	// again; this time HAProxy loads it.
-	cfg, err := e.rt.ReadFile(ctx, m.Name, ConfigPath)
+	cfg, err := e.rt.ReadFile(ctx, m.Name, owner(e.cluster, e.cc), ConfigPath)
 	if err != nil {
 		t.Fatal(err)
 	}

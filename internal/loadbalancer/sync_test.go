@@ -47,7 +47,7 @@ func (e *env) machine(t *testing.T, cluster, name string, controlPlane, deleting
 // config is what the load balancer container holds.
 func (e *env) config(t *testing.T) string {
 	t.Helper()
-	cfg, err := e.rt.ReadFile(context.Background(), e.ensure(t).Name, ConfigPath)
+	cfg, err := e.rt.ReadFile(context.Background(), e.ensure(t).Name, owner(e.cluster, e.cc), ConfigPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestSyncUsesTheCustomTemplate(t *testing.T) {
 	if _, err := e.lb.Sync(ctx, e.cluster, e.cc); err == nil || !strings.Contains(err.Error(), "ns/haproxy") {
 		t.Fatalf("want the missing ConfigMap named, got %v", err)
 	}
-	if _, err := e.rt.ReadFile(ctx, e.ensure(t).Name, ConfigPath); !container.IsNotFound(err) {
+	if _, err := e.rt.ReadFile(ctx, e.ensure(t).Name, owner(e.cluster, e.cc), ConfigPath); !container.IsNotFound(err) {
 		t.Fatalf("a configuration was written without its template: %v", err)
 	}
 

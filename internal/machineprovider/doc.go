@@ -9,7 +9,8 @@
 // infrav1.EngineAnnotation before any container is made), whether the host
 // has room (host capacity), whether the manager's policy allows what the
 // machine asks for, whether its images are on its engine (copying them from
-// another engine of the cluster when they are not), and which fixed
+// another engine of the cluster, or pulling them where the machine's
+// imagePullPolicy allows, when they are not), and which fixed
 // addresses the container gets. A launch that cannot happen yet is not an
 // error: Create returns a *WaitError with the reason the lifecycle writes
 // into the Launched condition and when to look again.

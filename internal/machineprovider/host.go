@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -49,9 +48,10 @@ func (p *Provider) waitForCapacity(ctx context.Context, c *Claim, at Placement) 
 // checkHost checks, right before the container is created, what only the
 // manager's policy and the host can judge: the policy flags (the webhooks
 // checked them at admission, but may not have run, or the flags may have
-// changed since) and the images, which CAPCT never pulls. A policy
-// violation waits for a change of the object or the flags, with no
-// requeue: a new spec or a restarted manager reconciles the machine.
+// changed since) and the images, which it has put on the engine when they
+// are missing (obtainMissingImages). A policy violation waits for a change
+// of the object or the flags, with no requeue: a new spec or a restarted
+// manager reconciles the machine.
 func (p *Provider) checkHost(ctx context.Context, c *Claim, at Placement, image string) error {
 	if err := p.Policy.CheckMachine(&c.ContainerMachine.Spec, image); err != nil {
 		if policy.IsViolation(err) {
@@ -59,43 +59,41 @@ func (p *Provider) checkHost(ctx context.Context, c *Claim, at Placement, image 
 		}
 		return err
 	}
-	return policy.MissingImages(ctx, at.Runtime.ImageExists, policy.MachineImages(&c.ContainerMachine.Spec, image))
+	err := policy.MissingImages(ctx, at.Runtime.ImageExists, policy.MachineImages(&c.ContainerMachine.Spec, image))
+	return p.obtainMissingImages(ctx, c, at, err)
 }
 
-// copyMissingImages has the images that checkHost found missing (err, a
-// *policy.NotOnHostError) copied to the machine's engine from another
-// engine of its cluster, or the manager's own, that holds them
-// (imagecopy.Copier); the manager's own engine gets no copies, since CAPCT
-// never pulls and its admin loads what it runs. Missing images are a
-// *WaitError: copying, or not on the host (with why a copy failed). Any
+// obtainMissingImages has the images that checkHost found missing (err, a
+// *policy.NotOnHostError) put on the machine's engine (imagecopy.Copier's
+// Obtain): on a ContainerEngine, copied from another engine of its
+// cluster, or the manager's own, that holds them; else pulled from their
+// registries where spec.imagePullPolicy allows, with the credentials of
+// the ContainerCluster's spec.imagePullSecretRef. Missing images are a
+// *WaitError: copying, pulling, a failed pull, or not on the host. Any
 // other err is returned as it is.
-func (p *Provider) copyMissingImages(c *Claim, at Placement, err error) error {
+func (p *Provider) obtainMissingImages(ctx context.Context, c *Claim, at Placement, err error) error {
 	var notOn *policy.NotOnHostError
 	if !errors.As(err, &notOn) {
-		return err
+		return err // nil too
 	}
-	notOnHost := func(err error) error {
+	if p.Images == nil {
 		return &WaitError{Reason: infrav1.ImageNotOnHostReason, Message: err.Error(), RequeueAfter: hostRecheck}
 	}
-	if p.Images == nil || at.OnManagersEngine() {
-		return notOnHost(err)
+	req := imagecopy.Request{
+		Target: at.Engine,
+		Auth:   imagecopy.PullSecretAuth(ctx, p.APIReader, c.ContainerCluster),
+		Waiter: client.ObjectKeyFromObject(c.ContainerMachine),
 	}
-	sources := imagecopy.Sources(c.ContainerCluster)
-	key := client.ObjectKeyFromObject(c.ContainerMachine)
-	var failed []string
+	if !at.OnManagersEngine() {
+		req.Sources = imagecopy.Sources(c.ContainerCluster)
+	}
+	pulls := c.ContainerMachine.Spec.ImagePullPolicy.Pulls()
 	for _, m := range notOn.Missing {
-		st := p.Images.Ensure(at.Engine, m.Value, sources, key)
-		switch {
-		case st.Copying:
-			return &WaitError{Reason: infrav1.CopyingImageReason, Message: st.Describe(m.Value, m.Field.String(), at.Engine), RequeueAfter: hostRecheck}
-		case st.Err != nil:
-			failed = append(failed, st.Err.Error())
-		}
+		req.Missing = append(req.Missing, imagecopy.Missing{Field: m.Field.String(), Ref: m.Value, Pull: pulls,
+			PolicyField: field.NewPath("spec", "imagePullPolicy").String()})
 	}
-	if len(failed) > 0 {
-		return notOnHost(fmt.Errorf("%w; CAPCT could not copy them from another engine: %s", err, strings.Join(failed, "; ")))
-	}
-	return notOnHost(err)
+	wait := p.Images.Obtain(req)
+	return &WaitError{Reason: wait.Reason, Message: wait.Message, RequeueAfter: hostRecheck}
 }
 
 // hostPathNotFound is the wait for a host path of spec.extraMounts that

@@ -35,8 +35,9 @@ type Provider struct {
 	// HostCapacity admits node containers onto the manager's host; nil
 	// admits every one.
 	HostCapacity HostCapacity
-	// Images copies an image a machine needs to the machine's engine from
-	// another that holds it; nil leaves missing images to the admin.
+	// Images puts an image a machine needs on the machine's engine: a copy
+	// from another engine that holds it, or a pull; nil leaves missing
+	// images to the admin.
 	Images ImageCopier
 	// Policy is what machines may ask of the host (the manager's policy
 	// flags); checked again right before each container is created, since
@@ -53,10 +54,9 @@ type Provider struct {
 
 // ImageCopier puts images on engines that lack them (imagecopy.Copier).
 type ImageCopier interface {
-	// Ensure reports the copy of ref to the engine target from the first
-	// of sources that holds it, starting it when none runs, and wakes
-	// waiter when it ends.
-	Ensure(target, ref string, sources []string, waiter types.NamespacedName) imagecopy.Status
+	// Obtain starts, or reports, what puts the missing images of req on
+	// its engine (a copy or a pull), waking req.Waiter when one ends.
+	Obtain(req imagecopy.Request) imagecopy.Wait
 }
 
 // HostCapacity admits node containers onto the container host while its
@@ -122,7 +122,7 @@ func (p *Provider) Create(ctx context.Context, c *Claim) (*Created, error) {
 		return nil, err
 	}
 	if err := p.checkHost(ctx, c, at, image); err != nil {
-		return nil, p.copyMissingImages(c, at, err)
+		return nil, err
 	}
 	launcher, err := p.launcher(ctx, c, at)
 	if err != nil {

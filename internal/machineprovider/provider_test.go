@@ -104,6 +104,41 @@ func TestCreatePlacesBeforeTheContainerIsMade(t *testing.T) {
 	}
 }
 
+// TestCreatePlacesAPoolMemberInItsPoolsDomain: a MachinePool's member,
+// whose Machine has no failure domain, goes to the one its pool chose
+// (infrav1.FailureDomainAnnotation), not to the engine with the fewest
+// machines; the Machine's own failure domain comes first.
+func TestCreatePlacesAPoolMemberInItsPoolsDomain(t *testing.T) {
+	for _, tc := range []struct{ name, machines, pools, want string }{
+		{"the pool's choice", "", "engine-a", "engine-a"},
+		{"the Machine's first", "engine-b", "engine-a", "engine-b"},
+		{"none: the fewest machines", "", "", "engine-b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			claim, p, rts := newClaim(t)
+			ctx := context.Background()
+			claim.Machine.Spec.FailureDomain = tc.machines
+			if tc.pools != "" {
+				claim.ContainerMachine.Annotations = map[string]string{infrav1.FailureDomainAnnotation: tc.pools}
+			}
+			network := naming.NetworkName(claim.Cluster, claim.ContainerCluster)
+			for _, rt := range rts {
+				rt.AddImage("capct/node:v1.35.4", nil)
+				if _, err := rt.EnsureNetwork(ctx, container.NetworkSpec{Name: network, Owner: claim.Owner().ClusterOwner(), IPFamily: container.IPv4}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			created, err := p.Create(ctx, claim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if created.Engine != tc.want {
+				t.Fatalf("placed on %q, want %q", created.Engine, tc.want)
+			}
+		})
+	}
+}
+
 // TestCreateWaitsForTheClustersEngines: no placement, and so no
 // container, while the cluster's engines are not ready.
 func TestCreateWaitsForTheClustersEngines(t *testing.T) {

@@ -44,8 +44,8 @@ const (
 	// DefaultLoadBalancerImage is the load balancer's image when a
 	// ContainerCluster names none: the one make lb-image builds (its tag is
 	// Debian bookworm's HAProxy major.minor; test/nodeimage fails when the
-	// build and this name part). A default CAPCT does not build would never
-	// be on the host, since CAPCT never pulls.
+	// build and this name part). A default CAPCT does not build would have to
+	// be pulled, and CAPCT's hosts are offline.
 	DefaultLoadBalancerImage = "capct/haproxy:2.6"
 	// networkPrefix starts the default name of a cluster's network.
 	networkPrefix = "capct-"

@@ -304,7 +304,7 @@ func writeCNIConfig(ctx context.Context, rt container.Runtime, name string, owne
 	if err != nil {
 		return err
 	}
-	have, err := rt.ReadFile(ctx, name, CNIConfigPath)
+	have, err := rt.ReadFile(ctx, name, owner, CNIConfigPath)
 	switch {
 	case err == nil && bytes.Equal(have, want):
 		return nil

@@ -120,7 +120,7 @@ func TestSyncFollowsJoinsAndLeaves(t *testing.T) {
 	if ta := e.routes.get(a); len(ta) != 1 || ta[pfx("10.244.1.0/24")] != e.addr(b) {
 		t.Fatalf("a's routes %v", ta)
 	}
-	conf, err := e.rt.ReadFile(e.ctx, a, CNIConfigPath)
+	conf, err := e.rt.ReadFile(e.ctx, a, naming.ClusterOwner(e.cluster, e.cc).ForMachine("a"), CNIConfigPath)
 	if err != nil || !strings.Contains(string(conf), `"subnet": "10.244.0.0/24"`) {
 		t.Fatalf("a's CNI config: %v\n%s", err, conf)
 	}
@@ -299,7 +299,7 @@ func TestSyncGivesPodsTheOverlaysMTU(t *testing.T) {
 	e.syncer = NewSyncer(engines.Named(map[string]container.Runtime{"a": e.rt, "b": fake.New(e.clock)}), e.mgmt, e.clock)
 	name := e.node("m1", "10.244.1.0/24")
 	e.sync()
-	conf, err := e.rt.ReadFile(e.ctx, name, CNIConfigPath)
+	conf, err := e.rt.ReadFile(e.ctx, name, naming.ClusterOwner(e.cluster, e.cc).ForMachine("m1"), CNIConfigPath)
 	if err != nil {
 		t.Fatal(err)
 	}

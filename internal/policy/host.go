@@ -34,9 +34,10 @@ func MachineImages(spec *infrav1.ContainerMachineSpec, image string) []FieldValu
 }
 
 // NotOnHostError names the fields whose images the container host does not
-// hold. CAPCT never pulls, so such a machine cannot launch until someone
-// loads the images or changes the fields; it is not final, because loading
-// them is enough.
+// hold. Where the pull policy allows, CAPCT pulls them
+// (internal/imagecopy); otherwise such a machine cannot launch until
+// someone loads the images or changes the fields. It is not final,
+// because loading them is enough.
 type NotOnHostError struct {
 	Missing []FieldValue
 }
@@ -46,7 +47,7 @@ func (e *NotOnHostError) Error() string {
 	for _, m := range e.Missing {
 		parts = append(parts, fmt.Sprintf("%s: image %q", m.Field, m.Value))
 	}
-	return fmt.Sprintf("not on the container host (CAPCT does not pull; load them there, e.g. with docker load, or change the fields): %s",
+	return fmt.Sprintf("not on the container host (load them there, e.g. with docker load, let CAPCT pull them, or change the fields): %s",
 		strings.Join(parts, ", "))
 }
 

@@ -3,9 +3,11 @@ package webhooks_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +29,8 @@ import (
 //	--max-machines-per-cluster=3
 //	--allowed-host-listen-addresses=127.0.0.1
 //	--min-host-port=10000
+//	--local-engine-allowed-namespaces=default
+//	--local-engine-namespace-selector=capct.io/local-engine=allowed
 //
 // hostileCases also run under the shipped defaults (shippedPolicy, in
 // shippedNamespace).
@@ -37,7 +41,16 @@ var testPolicy = policy.Policy{
 	MaxMachinesPerCluster: 3,
 	HostListenAddresses:   []string{"127.0.0.1"},
 	MinHostPort:           10000,
+	LocalEngineNamespaces: &infrav1.AllowedNamespaces{
+		List:     []string{metav1.NamespaceDefault},
+		Selector: &metav1.LabelSelector{MatchLabels: localEngineAllowed},
+	},
 }
+
+// localEngineAllowed labels a namespace that testPolicy's
+// --local-engine-namespace-selector selects: its clusters may list no
+// engines and run on the manager's own.
+var localEngineAllowed = map[string]string{"capct.io/local-engine": "allowed"}
 
 // Clusters the table's machines belong to: one paused as clusterctl move
 // leaves it, one whose machines count against the cap, and names of
@@ -158,6 +171,19 @@ func lbListenAddress(addr string) func(*infrav1.ContainerCluster) {
 	return func(c *infrav1.ContainerCluster) { c.Spec.LoadBalancer.ListenAddress = addr }
 }
 
+// mirrors sets a cluster's spec.registryMirrors.
+func mirrors(m ...infrav1.RegistryMirror) func(*infrav1.ContainerCluster) {
+	return func(c *infrav1.ContainerCluster) { c.Spec.RegistryMirrors = m }
+}
+
+// mirrorAt is registry mirrored at the endpoint url.
+func mirrorAt(registry, url string) infrav1.RegistryMirror {
+	return infrav1.RegistryMirror{Registry: registry, Endpoints: []infrav1.RegistryEndpoint{{URL: url}}}
+}
+
+// pemKey is what a private key pasted into a caBundle starts with.
+const pemKey = "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIA==\n-----END EC PRIVATE KEY-----\n"
+
 // hostileCase is one hostile or mistaken object and what becomes of it.
 type hostileCase struct {
 	kind  string
@@ -171,6 +197,10 @@ type hostileCase struct {
 	// deleted makes obj carry userFinalizer and deletes it before the
 	// update, which then meets an object being deleted.
 	deleted bool
+	// namespaceLabels, when not nil, puts the case's objects in a
+	// namespace of their own that carries these labels (and that neither
+	// policy lists by name), rather than in the run's namespace.
+	namespaceLabels map[string]string
 	// want is the outcome under each policy.
 	want outcomes
 }
@@ -269,6 +299,22 @@ func hostileCases() []hostileCase {
 					c.Spec.FailureDomains = append(c.Spec.FailureDomains, clusterv1.FailureDomain{Name: fmt.Sprintf("fd%d", i)})
 				}
 			}), want: both(refused("spec.failureDomains"))},
+		// ContainerCluster: the manager's own engine, which a cluster that
+		// lists no engines runs on.
+		{kind: "ContainerCluster", input: "no spec.engines (the manager's own engine) in a namespace that --local-engine-allowed-namespaces does not list " +
+			"and --local-engine-namespace-selector does not select",
+			namespaceLabels: map[string]string{}, obj: cluster(func(*infrav1.ContainerCluster) {}), want: outcomes{
+				shipped:  accepted("runs on the manager's own engine: the shipped --local-engine-* flags are *, which lets every namespace"),
+				hardened: refused("spec.engines"),
+			}},
+		{kind: "ContainerCluster", input: "no spec.engines in a namespace labelled capct.io/local-engine=allowed, which the selector selects",
+			namespaceLabels: localEngineAllowed, obj: cluster(func(*infrav1.ContainerCluster) {}),
+			want: both(accepted("runs on the manager's own engine"))},
+		{kind: "ContainerCluster", input: "a ContainerEngine that does not exist yet listed, in a namespace the --local-engine-* flags leave out",
+			namespaceLabels: map[string]string{}, obj: cluster(func(c *infrav1.ContainerCluster) {
+				c.Spec.FailureDomains = nil
+				c.Spec.Engines = []infrav1.ClusterEngine{{Name: "not-yet-created"}}
+			}), want: both(accepted("EnginesReady False, EngineNotFound, and nothing is made, until an admin creates the engine and lets the namespace use it"))},
 		{kind: "Cluster", input: "pod CIDRs 172.16.0.0/12, around every network CAPCT derives",
 			obj: &clusterv1.Cluster{
 				ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault},
@@ -293,6 +339,58 @@ func hostileCases() []hostileCase {
 			obj: clusterTemplate(func(s *infrav1.ContainerClusterSpec) {
 				s.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: "api.example.com", Port: 443}
 			}), want: both(refused("spec.template.spec.controlPlaneEndpoint.port"))},
+
+		// ContainerCluster: registry mirrors, written into every node as
+		// containerd's hosts files (docs/registries.md).
+		{kind: "ContainerCluster", input: "registry mirror for ../../etc (a folder outside containerd's hosts folder)",
+			obj: cluster(mirrors(mirrorAt("../../etc", "http://mirror.example"))), want: both(refused("spec.registryMirrors[0].registry"))},
+		{kind: "ContainerCluster", input: "registry mirror for docker.io/library (a path, not a host)",
+			obj: cluster(mirrors(mirrorAt("docker.io/library", "http://mirror.example"))), want: both(refused("spec.registryMirrors[0].registry"))},
+		{kind: "ContainerCluster", input: "registry docker.io listed twice",
+			obj:  cluster(mirrors(mirrorAt("docker.io", "http://a.example"), mirrorAt("docker.io", "http://b.example"))),
+			want: both(refused("spec.registryMirrors[1]"))},
+		{kind: "ContainerCluster", input: "mirror endpoint file:///etc/shadow",
+			obj: cluster(mirrors(mirrorAt("docker.io", "file:///etc/shadow"))), want: both(refused("spec.registryMirrors[0].endpoints[0].url"))},
+		{kind: "ContainerCluster", input: "mirror endpoint with credentials (https://user:password@mirror.example)",
+			obj:  cluster(mirrors(mirrorAt("docker.io", "https://user:password@mirror.example"))),
+			want: both(refused("spec.registryMirrors[0].endpoints[0].url"))},
+		{kind: "ContainerCluster", input: "mirror endpoint that closes its TOML table and opens another (`http://m']` and a new line)",
+			obj:  cluster(mirrors(mirrorAt("docker.io", "http://m.example']\n[host.'http://evil.example"))),
+			want: both(refused("spec.registryMirrors[0].endpoints[0].url"))},
+		{kind: "ContainerCluster", input: "registry mirror with neither endpoints nor server",
+			obj:  cluster(mirrors(infrav1.RegistryMirror{Registry: "docker.io"})),
+			want: both(refused("spec.registryMirrors[0]"))},
+		{kind: "ContainerCluster", input: "_default given a server (every registry sent to one host)",
+			obj: cluster(mirrors(infrav1.RegistryMirror{Registry: "_default",
+				Server: &infrav1.RegistryEndpoint{URL: "https://evil.example"}})),
+			want: both(refused("spec.registryMirrors[0].server"))},
+		{kind: "ContainerCluster", input: "caBundle holding a private key",
+			obj: cluster(mirrors(infrav1.RegistryMirror{Registry: "docker.io", Endpoints: []infrav1.RegistryEndpoint{{
+				URL: "https://mirror.example", CABundle: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n" + pemKey}}})),
+			want: both(refused("spec.registryMirrors[0].endpoints[0].caBundle"))},
+		{kind: "ContainerCluster", input: "caBundle and insecureSkipVerify on one endpoint",
+			obj: cluster(mirrors(infrav1.RegistryMirror{Registry: "docker.io", Endpoints: []infrav1.RegistryEndpoint{{
+				URL: "https://mirror.example", CABundle: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n", InsecureSkipVerify: true}}})),
+			want: both(refused("spec.registryMirrors[0].endpoints[0].insecureSkipVerify"))},
+		{kind: "ContainerCluster", input: "5 mirrors for one registry",
+			obj: cluster(mirrors(infrav1.RegistryMirror{Registry: "docker.io", Endpoints: []infrav1.RegistryEndpoint{
+				{URL: "http://m1.example"}, {URL: "http://m2.example"}, {URL: "http://m3.example"}, {URL: "http://m4.example"}, {URL: "http://m5.example"}}})),
+			want: both(refused("spec.registryMirrors[0].endpoints"))},
+		{kind: "ContainerCluster", input: "17 registries mirrored",
+			obj: cluster(func(c *infrav1.ContainerCluster) {
+				for i := range 17 {
+					c.Spec.RegistryMirrors = append(c.Spec.RegistryMirrors, mirrorAt(fmt.Sprintf("r%d.example", i), "http://mirror.example"))
+				}
+			}), want: both(refused("spec.registryMirrors"))},
+		{kind: "ContainerCluster", input: "mirror endpoint with insecureSkipVerify (a test registry's self-signed certificate)",
+			obj: cluster(mirrors(infrav1.RegistryMirror{Registry: "docker.io", Endpoints: []infrav1.RegistryEndpoint{{
+				URL: "https://172.18.0.2:5000", InsecureSkipVerify: true}}})),
+			want: both(accepted("machines made after it pull docker.io's images from the mirror first, trusting any certificate it shows " +
+				"(for a test registry only), then from docker.io; running machines keep their configuration"))},
+		{kind: "ContainerClusterTemplate", input: "mirror endpoint ftp://mirror.example",
+			obj: clusterTemplate(func(s *infrav1.ContainerClusterSpec) {
+				s.RegistryMirrors = []infrav1.RegistryMirror{mirrorAt("docker.io", "ftp://mirror.example")}
+			}), want: both(refused("spec.template.spec.registryMirrors[0].endpoints[0].url"))},
 
 		// ContainerMachine: resources.
 		{kind: "ContainerMachine", input: "cpus 1m, below the engine's 0.01",
@@ -365,7 +463,7 @@ func hostileCases() []hostileCase {
 			want:   both(refused("spec.preLoadImages[0]"))},
 		{kind: "ContainerMachine", input: "image allowed but not on the container host",
 			obj:  machine(machineSpec(image("capct/node:v0.0.0-missing"))),
-			want: both(accepted("Launched False, ImageNotOnHost (not final), naming spec.image: CAPCT never pulls, and launches once the image is loaded"))},
+			want: both(accepted("Launched False, PullingImage then ImagePullFailed (not final) naming spec.image and the registry's answer, or ImageNotOnHost under imagePullPolicy Never; launches once the image is on the host"))},
 
 		// ContainerMachine: ports published on the host.
 		{kind: "ContainerMachine", input: "port published on 0.0.0.0 (every interface of the host)",
@@ -482,8 +580,8 @@ func hostileCases() []hostileCase {
 			want: both(refused("spec.template.spec.extraMounts[0].hostPath"))},
 		{kind: "ContainerMachineTemplate", input: "image kindest/node:v1.35.0, kind's node image",
 			obj: machineTemplate(image("kindest/node:v1.35.0")), want: outcomes{
-				shipped: accepted("its machines get Launched False, ImageNotOnHost (not final), naming spec.image, " +
-					"until the image is loaded; then they run as docs/node-image.md describes"),
+				shipped: accepted("its machines pull the image (Launched False, PullingImage, or ImagePullFailed naming spec.image " +
+					"and the registry's answer, not final); once it is on the host they run as docs/node-image.md describes"),
 				hardened: refused("spec.template.spec.image"),
 			}},
 		{kind: "ContainerMachineTemplate", input: "port published on 0.0.0.0",
@@ -583,6 +681,9 @@ func TestHostileInputs(t *testing.T) {
 // the API server does what want says.
 func runHostileCase(t *testing.T, i int, tc hostileCase, namespace string, want outcome) {
 	ctx := context.Background()
+	if tc.namespaceLabels != nil {
+		namespace = caseNamespace(ctx, t, namespace, i, tc.namespaceLabels)
+	}
 	create := func(obj client.Object) error {
 		obj.SetNamespace(namespace)
 		err := env.Client.Create(ctx, obj)
@@ -633,6 +734,26 @@ func runHostileCase(t *testing.T, i int, tc hostileCase, namespace string, want 
 	if !namesField(err.Error(), want.refused) {
 		t.Fatalf("the error does not name %s: %v", want.refused, err)
 	}
+}
+
+// caseNamespace creates the namespace of its own that case i asks for in
+// the run in namespace run, with labels, and returns its name. The
+// namespace meets the run's policy: one made in the shipped run carries
+// shippedLabel. It stays: envtest runs no namespace controller, so a
+// deleted namespace would only be left terminating.
+func caseNamespace(ctx context.Context, t *testing.T, run string, i int, labels map[string]string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-hostile-%d", run, i), Labels: maps.Clone(labels)}}
+	if run == shippedNamespace {
+		if ns.Labels == nil {
+			ns.Labels = map[string]string{}
+		}
+		ns.Labels[shippedLabel] = shippedLabelValue
+	}
+	if err := env.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("failed to create Namespace %s: %v", ns.Name, err)
+	}
+	return ns.Name
 }
 
 // deleteHeld deletes obj, which userFinalizer holds, and reads it back

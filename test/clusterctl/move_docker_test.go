@@ -157,7 +157,7 @@ func TestMoveKeepsTheClustersContainers(t *testing.T) {
 	machinesReady(target, "m-0", "m-1")
 	g.Expect(engineIDs(ctx, g, rt, owner, naming.NetworkName(cluster, containerCluster))).To(Equal(before), "a container or the network was recreated")
 	for _, m := range []string{"m-0", "m-1"} {
-		runs, err := rt.ReadFile(ctx, naming.ContainerName(namespace, name, m), "/etc/capct-bootstrap-runs")
+		runs, err := rt.ReadFile(ctx, naming.ContainerName(namespace, name, m), owner.ForMachine(m), "/etc/capct-bootstrap-runs")
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(strings.Count(string(runs), "ran")).To(Equal(1), "the bootstrap of %s ran again after the move", m)
 	}

@@ -289,7 +289,7 @@ func TestFilesOnTmpfsAreVisibleInside(t *testing.T) {
 		t.Fatal(err)
 	}
 	const p = "/run/kubeadm/kubeadm.yaml"
-	if _, err := rt.ReadFile(ctx, s.Name, p); !container.IsNotFound(err) {
+	if _, err := rt.ReadFile(ctx, s.Name, container.OwnerOf(s.Labels), p); !container.IsNotFound(err) {
 		t.Fatalf("want NotFound before the write, got %v", err)
 	}
 	want := []byte("kind: InitConfiguration\n")
@@ -303,7 +303,7 @@ func TestFilesOnTmpfsAreVisibleInside(t *testing.T) {
 	if !strings.HasPrefix(string(res.Stdout), string(want)) || !strings.Contains(string(res.Stdout), "-rw-------") {
 		t.Fatalf("unexpected content or mode inside the container: %q", res.Stdout)
 	}
-	got, err := rt.ReadFile(ctx, s.Name, p)
+	got, err := rt.ReadFile(ctx, s.Name, container.OwnerOf(s.Labels), p)
 	if err != nil || string(got) != string(want) {
 		t.Fatalf("ReadFile = %q, %v; want %q", got, err, want)
 	}

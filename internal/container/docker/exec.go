@@ -172,19 +172,12 @@ func (r *Runtime) WriteFile(ctx context.Context, name string, owner container.Ow
 	return wrap(op, "container", name, r.cli.CopyToContainer(ctx, ci.ID, "/", &buf, dcontainer.CopyToContainerOptions{}))
 }
 
-// ReadFile implements container.Runtime. It reads only a container that a
-// CAPCT machine owns, and reads the one it checked, by ID.
-func (r *Runtime) ReadFile(ctx context.Context, name, p string) ([]byte, error) {
+// ReadFile implements container.Runtime. It reads only a container that
+// owner owns, and reads the one it checked, by ID.
+func (r *Runtime) ReadFile(ctx context.Context, name string, owner container.Owner, p string) ([]byte, error) {
 	op := "read " + strconv.Quote(p) + " in"
-	ci, err := r.cli.ContainerInspect(ctx, name)
+	ci, err := r.owned(ctx, op, name, owner)
 	if err != nil {
-		return nil, wrap(op, "container", name, err)
-	}
-	var labels map[string]string
-	if ci.Config != nil {
-		labels = ci.Config.Labels
-	}
-	if err := container.CheckMachineContainer(op, name, labels); err != nil {
 		return nil, err
 	}
 	if onTmpfs(ci, path.Clean(p)) {

@@ -229,18 +229,15 @@ func (r *Runtime) WriteFile(ctx context.Context, name string, owner container.Ow
 }
 
 // ReadFile implements container.Runtime.
-func (r *Runtime) ReadFile(ctx context.Context, name, p string) ([]byte, error) {
+func (r *Runtime) ReadFile(ctx context.Context, name string, owner container.Owner, p string) ([]byte, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.failure(OpReadFile); err != nil {
 		return nil, err
 	}
 	op := fmt.Sprintf("read %q in", p)
-	c, err := r.get(op, name)
+	c, err := r.owned(op, name, owner)
 	if err != nil {
-		return nil, err
-	}
-	if err := container.CheckMachineContainer(op, name, c.m.Labels); err != nil {
 		return nil, err
 	}
 	b, ok := c.files[path.Clean(p)]

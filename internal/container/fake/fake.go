@@ -40,6 +40,7 @@ const (
 	OpTagImage       Op = "TagImage"
 	OpSaveImages     Op = "SaveImages"
 	OpLoadImages     Op = "LoadImages"
+	OpPullImage      Op = "PullImage"
 	OpEvents         Op = "Events"
 )
 
@@ -62,6 +63,8 @@ type Runtime struct {
 	signals     []string
 	nextID      int
 	nextPort    int
+	// registry is what PullImage pulls from (pull.go).
+	registry fakeRegistry
 }
 
 var _ container.Runtime = (*Runtime)(nil)

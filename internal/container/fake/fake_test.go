@@ -142,7 +142,7 @@ func TestABootstrapRunDiesWithItsContainer(t *testing.T) {
 	marks := provisioning.Marks(1)
 	for range 50 {
 		for _, p := range []string{marks.Output, marks.Exit} {
-			if _, err := rt.ReadFile(ctx, again.Name, p); !container.IsNotFound(err) {
+			if _, err := rt.ReadFile(ctx, again.Name, e.Owns("swapped"), p); !container.IsNotFound(err) {
 				t.Fatalf("the first container's run wrote %s into the second: %v", p, err)
 			}
 		}

@@ -67,7 +67,7 @@ func RunBounds(t *testing.T, rt Runtime, image string) {
 			if err := rt.WriteFile(ctx, spec.Name, e.Owns("bounds"), p, counting(container.MaxFileSize+1), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if b, err := rt.ReadFile(ctx, spec.Name, p); !container.IsInvalid(err) {
+			if b, err := rt.ReadFile(ctx, spec.Name, e.Owns("bounds"), p); !container.IsInvalid(err) {
 				t.Fatalf("want an Invalid error, got %d bytes and %v", len(b), err)
 			}
 		})

@@ -154,6 +154,7 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) Runtime, image string)
 		{"OnlyAnOverlayIsEncrypted", onlyAnOverlayIsEncrypted},
 		{"DeleteNetworkOfAnotherOwnerIsRefused", deleteNetworkOfAnotherOwnerIsRefused},
 		{"MutatingCallsOfAnotherOwnerAreRefused", mutatingCallsOfAnotherOwnerAreRefused},
+		{"ReadFileOfAnotherOwnerIsRefused", readFileOfAnotherOwnerIsRefused},
 		{"CallsOnAContainerCAPCTDidNotMakeAreRefused", callsOnAContainerCAPCTDidNotMakeAreRefused},
 		{"InspectNetworkIgnoresOwnership", inspectNetworkIgnoresOwnership},
 		{"CreateTwiceAdopts", createTwiceAdopts},
@@ -334,10 +335,43 @@ func mutatingCallsOfAnotherOwnerAreRefused(t *testing.T, e *Env) {
 		t.Fatalf("the container must be untouched and running: %+v, %v", got, err)
 	}
 	for _, p := range []string{"/written-by-another", "/exec-by-another"} {
-		if _, err := e.RT.ReadFile(ctx, m.Name, p); !container.IsNotFound(err) {
+		if _, err := e.RT.ReadFile(ctx, m.Name, e.Owns("guarded"), p); !container.IsNotFound(err) {
 			t.Fatalf("%s must not exist: %v", p, err)
 		}
 	}
+}
+
+// readFileOfAnotherOwnerIsRefused: a machine's files (its bootstrap marks
+// and output, which may hold what its bootstrap data printed) are read only
+// by a caller that names the machine's own owner; another cluster's,
+// another machine's and the cluster's own owner without the machine get a
+// conflict and no bytes, on a running container and on a stopped one.
+func readFileOfAnotherOwnerIsRefused(t *testing.T, e *Env) {
+	m := e.Running(t, "read-guarded")
+	ctx := Ctx(t)
+	const p = "/etc/capct/owned"
+	content := []byte("for read-guarded only")
+	if err := e.RT.WriteFile(ctx, m.Name, e.Owns("read-guarded"), p, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	others := append(foreignOwners(e.Owns("read-guarded")), e.Owns("another-machine"), e.Owner, container.Owner{})
+	check := func(state string) {
+		t.Helper()
+		for _, other := range others {
+			b, err := e.RT.ReadFile(ctx, m.Name, other, p)
+			if !container.IsConflict(err) || !strings.Contains(err.Error(), m.Name) || b != nil {
+				t.Errorf("%s, as %s: want a conflict naming %q and no bytes, got %q, %v", state, other, m.Name, b, err)
+			}
+		}
+		if got, err := e.RT.ReadFile(ctx, m.Name, e.Owns("read-guarded"), p); err != nil || !bytes.Equal(got, content) {
+			t.Fatalf("%s, as its owner: read %q, %v", state, got, err)
+		}
+	}
+	check("running")
+	if err := e.RT.Stop(ctx, m.Name, e.Owns("read-guarded"), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	check("stopped")
 }
 
 func callsOnAContainerCAPCTDidNotMakeAreRefused(t *testing.T, e *Env) {
@@ -352,9 +386,7 @@ func callsOnAContainerCAPCTDidNotMakeAreRefused(t *testing.T, e *Env) {
 		t.Fatal(err)
 	}
 	t.Cleanup(remove)
-	// ReadFile names no owner, but reads only CAPCT's machines: a
-	// foreign container's files are none of CAPCT's business.
-	_, readErr := e.RT.ReadFile(ctx, name, "/etc/hostname")
+	_, readErr := e.RT.ReadFile(ctx, name, e.Owns("foreign"), "/etc/hostname")
 	calls := map[string]error{
 		"ReadFile":  readErr,
 		"WriteFile": e.RT.WriteFile(ctx, name, e.Owns("foreign"), "/written-by-capct", []byte("x"), 0o644),
@@ -589,7 +621,7 @@ func writeThenReadFile(t *testing.T, e *Env) {
 	if err := e.RT.WriteFile(ctx, m.Name, e.Owns("files"), "/etc/capct/deep/dir/config.yaml", content, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := e.RT.ReadFile(ctx, m.Name, "/etc/capct/deep/dir/config.yaml")
+	got, err := e.RT.ReadFile(ctx, m.Name, e.Owns("files"), "/etc/capct/deep/dir/config.yaml")
 	if err != nil || !bytes.Equal(got, content) {
 		t.Fatalf("read %q, %v", got, err)
 	}
@@ -601,7 +633,7 @@ func writeThenReadFile(t *testing.T, e *Env) {
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("test -f: %d %v", res.ExitCode, err)
 	}
-	if _, err := e.RT.ReadFile(ctx, m.Name, "/etc/capct/missing"); !container.IsNotFound(err) {
+	if _, err := e.RT.ReadFile(ctx, m.Name, e.Owns("files"), "/etc/capct/missing"); !container.IsNotFound(err) {
 		t.Fatalf("want not found, got %v", err)
 	}
 }

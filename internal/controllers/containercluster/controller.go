@@ -88,6 +88,7 @@ type ClusterForgetter interface {
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containermachines,verbs=get;list;watch
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=containerengines,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
 // Reconciler reconciles ContainerClusters.
 type Reconciler struct {
@@ -357,24 +358,27 @@ func (r *Reconciler) admit(ctx context.Context, cluster *clusterv1.Cluster, cc *
 	if err != nil {
 		return "", 0, err
 	}
-	// CAPCT never pulls: a missing image is waited for, not failed on. On
-	// a ContainerEngine it is copied from an engine that holds it.
+	// A missing image is waited for, not failed on: on a ContainerEngine
+	// it is copied from an engine that holds it, else pulled where
+	// spec.loadBalancer.imagePullPolicy allows (imagecopy.Obtain).
 	imageField := field.NewPath("spec", "loadBalancer", "image")
 	err = policy.MissingImages(ctx, rt.ImageExists, []policy.FieldValue{{Field: imageField, Value: image}})
 	var notOnHost *policy.NotOnHostError
 	if !errors.As(err, &notOnHost) {
 		return "", 0, err
 	}
-	if first := r.Engines.ForCluster(cc)[0]; first != engines.Local {
-		st := r.images.Ensure(first, image, imagecopy.Sources(cc), client.ObjectKeyFromObject(cluster))
-		switch {
-		case st.Copying:
-			return infrav1.CopyingImageReason, hostRecheck, errors.New(st.Describe(image, imageField.String(), first))
-		case st.Err != nil:
-			err = fmt.Errorf("%w; CAPCT could not copy it from another engine: %w", err, st.Err)
-		}
+	req := imagecopy.Request{
+		Target: r.Engines.ForCluster(cc)[0],
+		Missing: []imagecopy.Missing{{Field: imageField.String(), Ref: image, Pull: cc.Spec.LoadBalancer.ImagePullPolicy.Pulls(),
+			PolicyField: field.NewPath("spec", "loadBalancer", "imagePullPolicy").String()}},
+		Auth:   imagecopy.PullSecretAuth(ctx, r.APIReader, cc),
+		Waiter: client.ObjectKeyFromObject(cluster),
 	}
-	return infrav1.ImageNotOnHostReason, hostRecheck, err
+	if req.Target != engines.Local {
+		req.Sources = imagecopy.Sources(cc)
+	}
+	wait := r.images.Obtain(req)
+	return wait.Reason, hostRecheck, errors.New(wait.Message)
 }
 
 // refused records, in the condition it names, a cluster whose spec the
@@ -386,7 +390,7 @@ func (r *Reconciler) admit(ctx context.Context, cluster *clusterv1.Cluster, cc *
 func (r *Reconciler) refused(cc *infrav1.ContainerCluster, now time.Time, condition, reason string, err error, recheck time.Duration) (ctrl.Result, error) {
 	if c := conditions.Get(cc, condition); c == nil || c.Reason != reason || c.Message != err.Error() {
 		eventType := corev1.EventTypeWarning
-		if reason == infrav1.CopyingImageReason {
+		if reason == infrav1.CopyingImageReason || reason == infrav1.PullingImageReason {
 			// Progress, not a problem.
 			eventType = corev1.EventTypeNormal
 		}

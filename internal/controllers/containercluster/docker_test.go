@@ -140,10 +140,10 @@ func TestControlPlaneMachineOnDocker(t *testing.T) {
 		g.Expect(cm.Spec.ProviderID).To(Equal("container:///" + containerName))
 	}, 90*time.Second, 200*time.Millisecond).Should(Succeed())
 
-	greeting, err := rt.ReadFile(ctx, containerName, "/etc/capct/greeting")
+	greeting, err := rt.ReadFile(ctx, containerName, owner.ForMachine("cp-0"), "/etc/capct/greeting")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(greeting)).To(Equal("hello from cloud-config"))
-	hostname, err := rt.ReadFile(ctx, containerName, "/etc/capct/hostname")
+	hostname, err := rt.ReadFile(ctx, containerName, owner.ForMachine("cp-0"), "/etc/capct/hostname")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(strings.TrimSpace(string(hostname))).To(Equal(containerName))
 	mode, err := dockertest.FileMode(ctx, rt, containerName, "/etc/capct/greeting")
@@ -154,7 +154,7 @@ func TestControlPlaneMachineOnDocker(t *testing.T) {
 	// published on the host's loopback.
 	lbName := naming.LoadBalancerName(ns, name)
 	g.Eventually(func(g Gomega) {
-		cfg, err := rt.ReadFile(ctx, lbName, loadbalancer.ConfigPath)
+		cfg, err := rt.ReadFile(ctx, lbName, owner.ForMachine(naming.LoadBalancerMachine(name)), loadbalancer.ConfigPath)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(string(cfg)).To(MatchRegexp(`server cp-0 [0-9.]+:6443 weight 100`))
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())

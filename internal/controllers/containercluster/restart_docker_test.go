@@ -209,13 +209,15 @@ backend kube-apiservers
 	g.Expect(env.Client.Patch(ctx, cc, client.MergeFrom(before))).To(Succeed())
 
 	lbName := naming.LoadBalancerName(cluster.Namespace, cluster.Name)
+	var lbOwner container.Owner
 	var oldMarker string
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cc), cc)).To(Succeed())
 		c := conditions.Get(cc, infrav1.LoadBalancerAvailableCondition)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "LoadBalancerAvailable: %v", c)
-		cfg, err := rt.ReadFile(ctx, lbName, loadbalancer.ConfigPath)
+		lbOwner = naming.ClusterOwner(cluster, cc).ForMachine(naming.LoadBalancerMachine(cluster.Name))
+		cfg, err := rt.ReadFile(ctx, lbName, lbOwner, loadbalancer.ConfigPath)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(string(cfg)).To(ContainSubstring("maxconn 1000"), "the custom template is not in use yet")
 		m := markerRE.FindStringSubmatch(string(cfg))
@@ -242,7 +244,7 @@ backend kube-apiservers
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 
 	// The previous configuration stays in place and keeps serving.
-	cfg, err := rt.ReadFile(ctx, lbName, loadbalancer.ConfigPath)
+	cfg, err := rt.ReadFile(ctx, lbName, lbOwner, loadbalancer.ConfigPath)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(cfg)).To(ContainSubstring("backend " + oldMarker))
 	g.Expect(string(cfg)).NotTo(ContainSubstring("no-such-haproxy-keyword"))

@@ -100,7 +100,8 @@ func (tn *tenant) state(ctx context.Context, g Gomega) engineState {
 	n, err := rt.InspectNetwork(ctx, naming.NetworkName(tn.cluster, tn.cc))
 	g.Expect(err).NotTo(HaveOccurred())
 	s.network = n.ID
-	cfg, err := rt.ReadFile(ctx, naming.LoadBalancerName(tn.cluster.Namespace, tn.cluster.Name), loadbalancer.ConfigPath)
+	cfg, err := rt.ReadFile(ctx, naming.LoadBalancerName(tn.cluster.Namespace, tn.cluster.Name),
+		owner.ForMachine(naming.LoadBalancerMachine(tn.cluster.Name)), loadbalancer.ConfigPath)
 	g.Expect(err).NotTo(HaveOccurred())
 	s.lbConfig = string(cfg)
 	return s

@@ -132,7 +132,8 @@ func TestMachineLifecycleWithClusterAPI(t *testing.T) {
 	// The control-plane machine is a load balancer backend, and the load
 	// balancer was reloaded for it.
 	g.Eventually(func(g Gomega) {
-		cfg, err := runtime.ReadFile(ctx, naming.LoadBalancerName(ns.Name, "c1"), loadbalancer.ConfigPath)
+		lb := naming.LoadBalancerName(ns.Name, "c1")
+		cfg, err := runtime.ReadFile(ctx, lb, owned(g, ctx, lb), loadbalancer.ConfigPath)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(string(cfg)).To(ContainSubstring("server cp-0 "))
 		g.Expect(string(cfg)).To(ContainSubstring("weight 100"))

@@ -84,7 +84,7 @@ func TestNodeIPAMWithClusterAPI(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(func(g Gomega) {
 		for i, name := range []string{cp0, w0} {
-			conf, err := runtime.ReadFile(ctx, name, podnetwork.CNIConfigPath)
+			conf, err := runtime.ReadFile(ctx, name, owned(g, ctx, name), podnetwork.CNIConfigPath)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(string(conf)).To(ContainSubstring(`"subnet": "` + cidrs[i] + `"`))
 		}

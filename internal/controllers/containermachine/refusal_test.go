@@ -29,11 +29,19 @@ func TestClusterSpecsOnlyTheHostCanJudgeAreReportedByName(t *testing.T) {
 		wantText   string
 	}{
 		{
-			name: "a load balancer image that is not on the host",
+			name: "a load balancer image that is not on the host and never pulled",
 			mutate: func(_ *clusterv1.Cluster, cc *infrav1.ContainerCluster) {
 				cc.Spec.LoadBalancer.Image = "capct/haproxy:never-loaded"
+				cc.Spec.LoadBalancer.ImagePullPolicy = infrav1.ImagePullNever
 			},
 			wantReason: infrav1.ImageNotOnHostReason, wantText: `spec.loadBalancer.image: image "capct/haproxy:never-loaded"`,
+		},
+		{
+			name: "a load balancer image that no registry serves",
+			mutate: func(_ *clusterv1.Cluster, cc *infrav1.ContainerCluster) {
+				cc.Spec.LoadBalancer.Image = "capct/haproxy:never-pushed"
+			},
+			wantReason: infrav1.ImagePullFailedReason, wantText: `spec.loadBalancer.image: the manager's engine could not pull image "capct/haproxy:never-pushed"`,
 		},
 		{
 			// Every Managed network's IPv4 subnet lies in 172.16.0.0/12.

@@ -134,7 +134,8 @@ func LoadBalancerStats(rt container.Runtime) loadbalancer.StatsFunc {
 		return nil
 	}
 	return func(ctx context.Context, m *container.Machine) ([]byte, error) {
-		cfg, err := rt.ReadFile(ctx, m.Name, loadbalancer.ConfigPath)
+		// The load balancer's own owner, as its labels name it.
+		cfg, err := rt.ReadFile(ctx, m.Name, container.OwnerOf(m.Labels), loadbalancer.ConfigPath)
 		if err != nil {
 			return nil, err
 		}
