@@ -218,15 +218,13 @@ func (c *chaos) restartEngine(ctx context.Context, t *testing.T) {
 // deleted, to hold the leader lease, and returns its name.
 func (c *chaos) waitLeader(ctx context.Context, bound time.Duration) (string, error) {
 	deadline := time.Now().Add(bound)
-	last := "no answer yet"
 	for {
 		pod, why := c.leader(ctx)
 		if pod != "" {
 			return pod, nil
 		}
-		last = why
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("no manager pod led within %s: %s", bound, last)
+			return "", fmt.Errorf("no manager pod led within %s: %s", bound, why)
 		}
 		realcluster.Pause(ctx, time.Second)
 	}
