@@ -35,6 +35,10 @@ export MGMT_NAME=${MGMT_NAME:-capct-rstest}
 export QUICKSTART_CLUSTER=${QUICKSTART_CLUSTER:-rstest}
 export QUICKSTART_OUT=${QUICKSTART_OUT:-$root/out/restart-test}
 export QUICKSTART_WORKERS=1
+# The MachineDeployment's worker publishes node port 30080 on the host's
+# 127.0.0.1:38080; the Go test puts test/portmap's probe behind it and
+# fetches it before and after the restart.
+export CAPCT_WORKER_PORT_MAPPINGS=${CAPCT_WORKER_PORT_MAPPINGS:-'[{containerPort: 30080, hostPort: 38080}]'}
 export LOG_NAME=restart-test
 # shellcheck source=hack/quickstart/quickstart.sh
 source "$root/hack/quickstart/quickstart.sh"

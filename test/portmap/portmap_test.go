@@ -33,13 +33,14 @@ import (
 //	PORTMAP_IMAGE                the pod's image, on the machine's node
 //	                             (default capct/busybox:quickstart)
 //
-// and is skipped without them:
+// and fails without them (make test-restart runs the same probe around an
+// engine restart):
 //
 //	go test -tags realcluster ./test/portmap -run TestNodePortAnswersOnTheMappedHostPort -v
 func TestNodePortAnswersOnTheMappedHostPort(t *testing.T) {
 	mgmtPath, workloadPath, machine := os.Getenv("PORTMAP_MGMT_KUBECONFIG"), os.Getenv("PORTMAP_WORKLOAD_KUBECONFIG"), os.Getenv("PORTMAP_MACHINE")
 	if mgmtPath == "" || workloadPath == "" || machine == "" {
-		t.Skip("PORTMAP_MGMT_KUBECONFIG, PORTMAP_WORKLOAD_KUBECONFIG and PORTMAP_MACHINE name the cluster and the machine")
+		t.Fatal("PORTMAP_MGMT_KUBECONFIG, PORTMAP_WORKLOAD_KUBECONFIG and PORTMAP_MACHINE must name the cluster and the machine")
 	}
 	namespace, name, ok := strings.Cut(machine, "/")
 	if !ok {

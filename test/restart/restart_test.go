@@ -16,8 +16,11 @@ import (
 	"k8s.io/client-go/rest"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
+	"github.com/capct/cluster-api-provider-container/test/portmap"
 	"github.com/capct/cluster-api-provider-container/test/realcluster"
 )
 
@@ -34,6 +37,7 @@ const (
 type run struct {
 	*realcluster.Clusters
 	engine  *realcluster.Engine
+	portmap *portmap.Probe
 	before  snapshot
 	states  *sampler
 	tStop   time.Time
@@ -89,6 +93,7 @@ func TestClusterSurvivesEngineRestart(t *testing.T) {
 	ctx := t.Context()
 	r := &run{Clusters: realcluster.Connect(t, env), engine: realcluster.NewEngine(t, "the engine", "")}
 	r.before = r.record(ctx, t)
+	mapped := r.startPortMapProbe(ctx, t)
 
 	r.states = startSampler(ctx, t, r, env.Out+"/restart-states.tsv")
 	realcluster.Pause(ctx, 4*time.Second) // a sample of the states before
@@ -125,6 +130,58 @@ func TestClusterSurvivesEngineRestart(t *testing.T) {
 		t.FailNow()
 	}
 	t.Run("Service_traffic", func(t *testing.T) { r.serviceTraffic(ctx, t) })
+	t.Run("port_mapping", func(t *testing.T) { r.portMapAfter(ctx, t, mapped, timeout) })
+}
+
+// startPortMapProbe starts test/portmap's probe on the MachineDeployment's
+// worker, whose ContainerMachine restart-test.sh gives a port mapping
+// (CAPCT_WORKER_PORT_MAPPINGS), and fetches its page on the container
+// host at the mapping's host port before the engine restarts.
+func (r *run) startPortMapProbe(ctx context.Context, t *testing.T) portmap.Target {
+	t.Helper()
+	machines, err := r.ContainerMachines(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var worker *infrav1.ContainerMachine
+	for i := range machines {
+		if strings.Contains(machines[i].Name, "-md-0-") {
+			worker = &machines[i]
+		}
+	}
+	if worker == nil {
+		t.Fatal("the cluster has no MachineDeployment worker to publish a port")
+	}
+	r.portmap = &portmap.Probe{Mgmt: r.Mgmt, Workload: r.Workload, Machine: client.ObjectKeyFromObject(worker)}
+	target, err := r.portmap.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.portmap.Cleanup(context.Background()) })
+	page, err := portmap.Answer(ctx, target, 2*time.Minute)
+	if err != nil {
+		t.Fatalf("before the restart: %v", err)
+	}
+	t.Logf("before the restart, %s (host port of %s) answered %q", target.URL, worker.Name, page)
+	return target
+}
+
+// portMapAfter: after the restart, the same probe pod answers again on the
+// mapped host port, within timeout: the engine published the port again.
+func (r *run) portMapAfter(ctx context.Context, t *testing.T, target portmap.Target, timeout time.Duration) {
+	start := time.Now()
+	page, err := portmap.Answer(ctx, target, timeout)
+	if err != nil {
+		t.Fatalf("after the restart: %v", err)
+	}
+	uid, err := r.portmap.PodUID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid != target.PodUID {
+		t.Errorf("the probe pod behind the mapping is not the one from before the restart (uid %s, was %s)", uid, target.PodUID)
+	}
+	t.Logf("after the restart, %s answered %q within %s", target.URL, page, time.Since(start).Round(time.Second))
 }
 
 // waitForChecks evaluates every check every 3 s until all hold or timeout
