@@ -39,7 +39,7 @@ quickstart-down: ## Delete "demo" through the management cluster, then the manag
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) hack/quickstart/quickstart.sh down
 
 .PHONY: test-quickstart
-test-quickstart: ## The whole quickstart non-interactively: up, scale MD 2->3 and MP 2->1, a ContainerCluster with an empty spec Provisioned and deleted (test/emptyspec), down, nothing left
+test-quickstart: ## The whole quickstart non-interactively: up, scale MD 2->3 and MP 2->1, a ContainerCluster with an empty spec Provisioned and deleted (test/emptyspec), a pod pulling through a registry mirror on a Node made for it and failing on an old one (test/mirror), down, nothing left
 	QUICKSTART_VERSION=$(QUICKSTART_VERSION) MGMT_NAME=capct-qstest QUICKSTART_CLUSTER=qstest \
 		QUICKSTART_OUT=$(CURDIR)/out/quickstart-test hack/quickstart/quickstart.sh test
 

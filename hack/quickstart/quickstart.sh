@@ -16,7 +16,9 @@
 #   quickstart.sh test   up, scale the MachineDeployment 2->3 and the
 #                        MachinePool 2->1, create and delete a
 #                        ContainerCluster with an empty spec (the Go test
-#                        test/emptyspec), down (make test-quickstart)
+#                        test/emptyspec), a pod pulling through a registry
+#                        mirror on a Node made for it (test/mirror), down
+#                        (make test-quickstart)
 #   quickstart.sh smoke  up, then down (make test-podman)
 #   quickstart.sh prepare   only build what is missing (up's first two steps)
 #   quickstart.sh diagnose  the conditions and controller logs it prints on failure
@@ -560,8 +562,12 @@ test_flow() {
   # A failed test removes what it made once the diagnostics are out, so
   # that a CI machine does not keep clusters between runs.
   remove_on_failure=true
-  step "compile test/emptyspec"
-  (cd "$QS_ROOT" && go test -tags realcluster -c -o /dev/null ./test/emptyspec)
+  # Compiled, and test/mirror's registry image built, before up, so that
+  # a broken test fails in seconds rather than after the clusters.
+  step "compile test/emptyspec and test/mirror, build capct/registry"
+  (cd "$QS_ROOT" && go test -tags realcluster -c -o /dev/null ./test/emptyspec &&
+    go test -tags realcluster -c -o /dev/null ./test/mirror)
+  "$QS_ROOT/images/registry/build.sh" >/dev/null
   up
   script_start=$SECONDS
   step "scale MachineDeployment $cluster-md-0 2->3 and MachinePool $cluster-mp-0 2->1"
@@ -570,6 +576,8 @@ test_flow() {
   wait_for_nodes 3 1
   step "a ContainerCluster with spec: {} Provisioned, then deleted (test/emptyspec)"
   go_test test/emptyspec 15m
+  step "a pod on a new Node pulls through a registry mirror, one on an old Node cannot (test/mirror)"
+  go_test test/mirror 15m MIRROR_SOURCE_IMAGE="$probe_image"
   end_step
   down
 }
@@ -588,8 +596,9 @@ start_engine_if_stopped() {
 # (build tag realcluster) against the clusters up now, with where they are
 # in REALCLUSTER_* (test/realcluster) and the variables given; the output
 # also in $QS_OUT/go-test-<the package's last element>.log. The test flow
-# runs test/emptyspec with it; restart-test.sh, scale-out-test.sh,
-# chaos-test.sh and hack/multihost/cluster-test.sh run theirs.
+# runs test/emptyspec and test/mirror with it; restart-test.sh,
+# scale-out-test.sh, chaos-test.sh and hack/multihost/cluster-test.sh run
+# theirs.
 go_test() {
   local out
   out="$QS_OUT/go-test-$(basename "$1").log"
