@@ -59,6 +59,7 @@ type options struct {
 	watchNamespace             string
 	watchFilter                string
 	profilerAddress            string
+	defaultNetwork             string
 	healthAddr                 string
 	concurrency                int
 	clusterCacheConcurrency    int
@@ -101,6 +102,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 		"Namespace the controllers watch. Empty watches every namespace.")
 	fs.StringVar(&o.watchFilter, "watch-filter", "",
 		fmt.Sprintf("Reconcile only objects whose %s label has this value. Empty reconciles all.", clusterv1.WatchLabel))
+	fs.StringVar(&o.defaultNetwork, "default-network", "",
+		"An existing network that a ContainerCluster created without spec.network.name and spec.network.mode joins, Unmanaged: the network of the manager's own container, which reaches only the networks it is on. Empty or none (Docker's network of that name, which no cluster may use): such a cluster gets a Managed network of its own.")
 	fs.StringVar(&o.profilerAddress, "profiler-address", "",
 		"Bind address of the pprof profiler, e.g. localhost:6060. Empty disables it.")
 	fs.StringVar(&o.healthAddr, "health-addr", ":9440",
@@ -245,7 +248,11 @@ func run() error {
 	if err := setupReconcilers(ctx, mgr, o); err != nil {
 		return err
 	}
-	if err := webhooks.SetupWithManager(mgr, &o.policy); err != nil {
+	defaults := webhooks.Defaults{Network: o.defaultNetwork}
+	if defaults.Network == "none" {
+		defaults.Network = ""
+	}
+	if err := webhooks.SetupWithManager(mgr, &o.policy, defaults); err != nil {
 		return err
 	}
 	log.Info("Starting manager", "version", version, "containerEngine", o.engine, "machinePools", feature.Gates.Enabled(feature.MachinePool),

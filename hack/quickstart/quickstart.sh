@@ -126,7 +126,9 @@ init_providers() {
     log "already initialised; reusing it"
     return
   fi
-  "$clusterctl" init --infrastructure container --config "$QS_OUT/clusterctl.yaml" \
+  # A cluster that names no network joins the management cluster's, the
+  # only one the manager in it reaches (docs/templates.md).
+  CAPCT_DEFAULT_NETWORK=$mgmt_network "$clusterctl" init --infrastructure container --config "$QS_OUT/clusterctl.yaml" \
     --kubeconfig "$mgmt_kubeconfig" --wait-providers >&2
 }
 

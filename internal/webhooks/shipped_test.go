@@ -82,7 +82,7 @@ func startShippedWebhooks(ctx context.Context, env *envtest.Environment) error {
 	if err != nil {
 		return fmt.Errorf("failed to create the shipped-defaults manager: %w", err)
 	}
-	if err := webhooks.SetupWithManager(mgr, &p); err != nil {
+	if err := webhooks.SetupWithManager(mgr, &p, webhooks.Defaults{}); err != nil {
 		return err
 	}
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{

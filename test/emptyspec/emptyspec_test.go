@@ -24,11 +24,14 @@ import (
 )
 
 // TestEmptySpecProvisions creates a Cluster and a ContainerCluster whose
-// spec is {} in the quickstart's namespace: within EMPTYSPEC_TIMEOUT (300
-// s) the ContainerCluster must be Provisioned (its network made and its
-// load balancer serving, which needs no control plane), its load balancer
-// on CAPCT's default image; deleted, within the same bound both objects go
-// and the engine keeps no container or network of the cluster.
+// spec is {} in the quickstart's namespace: the webhook gives it the
+// manager's default network, the management cluster's (the quickstart's
+// clusterctl init sets CAPCT_DEFAULT_NETWORK), as the quickstart's own
+// cluster has it; within EMPTYSPEC_TIMEOUT (300 s) the ContainerCluster
+// must be Provisioned (its load balancer serving and verified by the
+// manager, which needs no control plane), its load balancer on CAPCT's
+// default image; deleted, within the same bound both objects go and the
+// engine keeps no container or network of the cluster.
 func TestEmptySpecProvisions(t *testing.T) {
 	env := realcluster.LoadEnv(t, "test-quickstart")
 	bound := realcluster.Seconds(t, "EMPTYSPEC_TIMEOUT", 300)
@@ -77,8 +80,18 @@ func TestEmptySpecProvisions(t *testing.T) {
 	if len(lbs) != 1 || lbs[0].State != "running" || lbs[0].Image != naming.DefaultLoadBalancerImage {
 		t.Fatalf("want one running load balancer on %s, got %s", naming.DefaultLoadBalancerImage, describe(lbs))
 	}
-	if networks, err := engine.Networks(ctx, owned); err != nil || len(networks) != 1 {
-		t.Fatalf("want the cluster's network, got %v (%v)", networks, err)
+	// The quickstart's cluster is on the management network, Unmanaged,
+	// which is the manager's default network here.
+	var quickstart infrav1.ContainerCluster
+	if err := mgmt.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: env.Cluster}, &quickstart); err != nil {
+		t.Fatalf("failed to read the quickstart's ContainerCluster %s: %v", env.Cluster, err)
+	}
+	want := infrav1.NetworkSpec{Name: quickstart.Spec.Network.Name, Mode: infrav1.NetworkUnmanaged}
+	if got := cc.Spec.Network; got.Name != want.Name || got.Mode != want.Mode {
+		t.Fatalf("the empty spec's network is %s (%s), want the default network %s (Unmanaged)", got.Name, got.Mode, want.Name)
+	}
+	if networks, err := engine.Networks(ctx, owned); err != nil || len(networks) != 0 {
+		t.Fatalf("want no network of the cluster's own, got %v (%v)", networks, err)
 	}
 
 	start = time.Now()

@@ -162,7 +162,7 @@ func (e *Environment) setup(o Options) error {
 	if err != nil {
 		return fmt.Errorf("failed to create the test manager: %w", err)
 	}
-	if err := webhooks.SetupWithManager(e.Manager, e.Policy); err != nil {
+	if err := webhooks.SetupWithManager(e.Manager, e.Policy, webhooks.Defaults{}); err != nil {
 		return err
 	}
 	return nil
