@@ -6,11 +6,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/labels/format"
@@ -95,18 +97,35 @@ func (m *mh) poolFailureDomains(ctx context.Context, t *testing.T) {
 		realcluster.Pause(ctx, 2*time.Second)
 	}
 	t.Logf("MachinePool %s: one member on each engine (%s)", name, last)
-	if err := realcluster.Retry(ctx, func(ctx context.Context) error { return client.IgnoreNotFound(m.Mgmt.Delete(ctx, mp)) }); err != nil {
-		t.Fatalf("failed to delete MachinePool %s: %v", name, err)
+	// Scaled to 0 before it is deleted: the scale-in deletes each member's
+	// Machine and so its Node, where deleting the whole MachinePool at once
+	// was seen to leave a member's Node behind (NotReady), which the later
+	// steps would count.
+	if err := realcluster.Retry(ctx, func(ctx context.Context) error {
+		return m.Mgmt.Patch(ctx, mp.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":0}}`)))
+	}); err != nil {
+		t.Fatalf("failed to scale MachinePool %s to 0: %v", name, err)
 	}
 	for deadline := time.Now().Add(300 * time.Second); ; {
 		var list infrav1.ContainerMachineList
-		if err := m.Mgmt.List(ctx, &list, client.InNamespace(ns), members); err == nil && len(list.Items) == 0 {
+		err := m.Mgmt.List(ctx, &list, client.InNamespace(ns), members)
+		nodes, nodesErr := m.Nodes(ctx)
+		poolNodes := 0
+		for _, n := range nodes {
+			if strings.Contains(n.Name, "-"+name+"-") {
+				poolNodes++
+			}
+		}
+		if err == nil && nodesErr == nil && len(list.Items) == 0 && poolNodes == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the pool's members are still there 300s after MachinePool %s was deleted", name)
+			t.Fatalf("300s after MachinePool %s was scaled to 0: %d members, %d Nodes left (%v, %v)", name, len(list.Items), poolNodes, err, nodesErr)
 		}
 		realcluster.Pause(ctx, 2*time.Second)
+	}
+	if err := realcluster.Retry(ctx, func(ctx context.Context) error { return client.IgnoreNotFound(m.Mgmt.Delete(ctx, mp)) }); err != nil {
+		t.Fatalf("failed to delete MachinePool %s: %v", name, err)
 	}
 }
 
