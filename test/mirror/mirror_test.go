@@ -64,7 +64,7 @@ const (
 //   - on the new Node the pod must be Running within MIRROR_POD_TIMEOUT
 //     (180 s), the registry's access log showing that Node's pull;
 //   - on a Node made before the change (without the mirror's hosts.toml)
-//     it must not run within MIRROR_NEGATIVE_WINDOW (60 s) and must show
+//     it must not run within MIRROR_NEGATIVE_WINDOW (20 s) and must show
 //     ErrImagePull or ImagePullBackOff.
 //
 // Then the pods go, the mirrors are unset and the MachineDeployment is
@@ -74,7 +74,7 @@ const (
 func TestPodPullsThroughMirror(t *testing.T) {
 	env := realcluster.LoadEnv(t, "test-quickstart")
 	podBound := realcluster.Seconds(t, "MIRROR_POD_TIMEOUT", 180)
-	window := realcluster.Seconds(t, "MIRROR_NEGATIVE_WINDOW", 60)
+	window := realcluster.Seconds(t, "MIRROR_NEGATIVE_WINDOW", 20)
 	nodeBound := realcluster.Seconds(t, "MIRROR_NODE_TIMEOUT", 300)
 	source := cmp.Or(os.Getenv("MIRROR_SOURCE_IMAGE"), defaultSource)
 	ctx := t.Context()
