@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strings"
@@ -393,33 +392,12 @@ func pushImage(ctx context.Context, rt *docker.Runtime, source, ref string) erro
 	// wants the header.
 	rc, err := cli.ImagePush(ctx, ref, image.PushOptions{RegistryAuth: "e30="})
 	if err == nil {
-		err = drain(rc)
+		err = registry.Drain(rc)
 	}
 	if err != nil {
 		return fmt.Errorf("failed to push image %s: %w", ref, err)
 	}
 	return nil
-}
-
-// drain reads an engine's JSON message stream to its end and returns the
-// first error it carries.
-func drain(rc io.ReadCloser) error {
-	defer func() { _ = rc.Close() }()
-	dec := json.NewDecoder(rc)
-	for {
-		var msg struct {
-			Error string `json:"error"`
-		}
-		if err := dec.Decode(&msg); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		if msg.Error != "" {
-			return errors.New(msg.Error)
-		}
-	}
 }
 
 // accessLog reads the registry container's log, both streams.

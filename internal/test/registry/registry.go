@@ -290,7 +290,7 @@ func (r *Registry) Push(t testing.TB, repo, tag string) string {
 	imported, err := cli.ImageImport(ctx, image.ImportSource{Source: &buf, SourceName: "-"}, ref,
 		image.ImportOptions{Changes: []string{"LABEL io.x-k8s.capct.test=registry"}})
 	if err == nil {
-		err = drain(imported)
+		err = Drain(imported)
 	}
 	if err != nil {
 		t.Fatalf("failed to make test image %s: %v", ref, err)
@@ -303,7 +303,7 @@ func (r *Registry) Push(t testing.TB, repo, tag string) string {
 	}
 	pushed, err := cli.ImagePush(ctx, ref, push)
 	if err == nil {
-		err = drain(pushed)
+		err = Drain(pushed)
 	}
 	if err != nil {
 		t.Fatalf("failed to push test image %s: %v", ref, err)
@@ -323,9 +323,9 @@ func (r *Registry) RemoveLocal(ref string) {
 	_, _ = r.rt.Client().ImageRemove(ctx, ref, image.RemoveOptions{Force: true, PruneChildren: true})
 }
 
-// drain reads an engine's JSON message stream to its end and returns the
-// first error it carries.
-func drain(rc io.ReadCloser) error {
+// Drain reads an engine's JSON message stream (an image push, load or
+// pull) to its end and returns the first error it carries.
+func Drain(rc io.ReadCloser) error {
 	defer func() { _ = rc.Close() }()
 	dec := json.NewDecoder(rc)
 	for {
