@@ -130,7 +130,7 @@ func (i *Initialization) assignPodCIDRs(ctx context.Context, s *MachineScope, wo
 		setCondition(cm, now, infrav1.PodCIDRAllocatedCondition, metav1.ConditionFalse, d.Reason, d.Message)
 		return false, nil
 	}
-	node, err := nodeipam.AssignNode(ctx, workload, s.Node, d.CIDRs)
+	node, err := i.NodeIPAM.AssignNode(ctx, s.Cluster, workload, s.Node, d.CIDRs)
 	if err != nil {
 		return false, err
 	}

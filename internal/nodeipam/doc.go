@@ -11,6 +11,12 @@
 // AssignNode then applies them to the Node as field manager FieldOwner.
 // The condition, the status and the events belong to the phase.
 //
+// The Recorder reads the cluster from informers and lays what it wrote,
+// and what the API server held when it first allocated for the cluster,
+// over them until the informers show it (overlay.go), so an allocation
+// lists nothing at the API server and no CIDR is handed out twice while an
+// informer lags.
+//
 // A CIDR is free only when neither a ContainerMachine annotation nor a Node
 // holds it: the machine's finalizer never waits for the Node, which Cluster
 // API deletes last, and the Node keeps the CIDR reserved until then

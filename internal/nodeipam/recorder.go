@@ -7,11 +7,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,32 +32,59 @@ const FieldOwner = "capct-nodeipam"
 // Recorder decides machines' pod CIDRs and writes the allocation record,
 // the ContainerMachine's pod-cidrs annotation, before anyone else sees
 // them. It is safe for concurrent use; one Recorder serves every cluster.
+//
+// It reads the cluster's records from the manager's cache, with what this
+// manager wrote or first read from the API server laid over them until the
+// cache shows it (overlay.go), so an allocation costs no list at the API
+// server: only the first one of each cluster in a manager's life does. The
+// argument that no CIDR is handed out twice is in docs/node-ipam.md.
 type Recorder struct {
 	client client.Client
 	reader client.Reader
+	// Clock tells when an overlaid record is due to be read again
+	// (OverlayRecheck); nil is the real clock.
+	Clock clock.PassiveClock
 
 	mu       sync.Mutex
 	clusters map[types.UID]*clusterState
 }
 
-// clusterState serialises one cluster's allocations and remembers the bad
-// records already returned, so that each is reported once.
+// clusterState serialises one cluster's allocations and remembers what
+// the cache may not show yet, and the bad records already returned, so
+// that each is reported once.
 type clusterState struct {
-	// alloc is held around list, decide and record, so that two machines
-	// of the cluster never get the same CIDR.
+	// alloc is held around read, decide and record, so that two machines
+	// of the cluster never get the same CIDR, and around every use of the
+	// fields below.
 	alloc    sync.Mutex
 	reported map[string]bool
+	// listed is true once the cluster's ContainerMachines were listed at
+	// the API server in this manager's life.
+	listed bool
+	// machines are the pending records by ContainerMachine name; nodes the
+	// pending pod CIDRs by Node name.
+	machines map[string]*pending
+	nodes    map[string]*pending
 }
 
 // NewRecorder returns a Recorder.
 //
-//   - c writes the management cluster (the ContainerMachine annotation).
-//   - reader lists ContainerMachines for the rebuild. It must read the API
-//     server directly, not an informer cache (use mgr.GetAPIReader()): a
-//     cache that has not yet seen the record just written for another
-//     machine would let the same CIDR be handed out twice.
+//   - c writes the management cluster (the ContainerMachine annotation);
+//     its reads come from the manager's cache (mgr.GetClient()).
+//   - reader reads the API server directly (mgr.GetAPIReader()): once per
+//     cluster, the first time the cluster allocates in this manager's
+//     life, because the cache may lag behind what the manager that led
+//     before this one wrote; and for a record the cache disagrees with
+//     for longer than OverlayRecheck.
 func NewRecorder(c client.Client, reader client.Reader) *Recorder {
 	return &Recorder{client: c, reader: reader, clusters: map[types.UID]*clusterState{}}
+}
+
+func (r *Recorder) now() time.Time {
+	if r.Clock == nil {
+		return time.Now()
+	}
+	return r.Clock.Now()
 }
 
 func (r *Recorder) state(cluster *clusterv1.Cluster) *clusterState {
@@ -63,7 +92,7 @@ func (r *Recorder) state(cluster *clusterv1.Cluster) *clusterState {
 	defer r.mu.Unlock()
 	st, ok := r.clusters[cluster.UID]
 	if !ok {
-		st = &clusterState{reported: map[string]bool{}}
+		st = &clusterState{reported: map[string]bool{}, machines: map[string]*pending{}, nodes: map[string]*pending{}}
 		r.clusters[cluster.UID] = st
 	}
 	return st
@@ -93,9 +122,10 @@ type Request struct {
 // Allocate decides the machine's pod CIDRs (Decide) from the cluster's
 // ContainerMachines and Nodes, and records them on the ContainerMachine
 // before returning them: a crash after the write finds them in the next
-// rebuild, a crash before it has handed nothing out. Its API requests do not
-// grow with the cluster: one list of ContainerMachines, one (cached) list of
-// Nodes, and the record's patch when it changes.
+// rebuild, a crash before it has handed nothing out. It reads both from
+// informers, with this manager's pending records laid over them; its only
+// request to the API server is the record's patch when it changes (and,
+// once per cluster in a manager's life, the list that seeds the overlay).
 func (r *Recorder) Allocate(ctx context.Context, req Request) (Decision, error) {
 	cm := req.ContainerMachine
 	cfg, enabled, why, err := ClusterConfig(req.Cluster, req.ContainerCluster)
@@ -113,16 +143,23 @@ func (r *Recorder) Allocate(ctx context.Context, req Request) (Decision, error) 
 	st.alloc.Lock()
 	defer st.alloc.Unlock()
 
+	if err := r.seed(ctx, st, req.Cluster); err != nil {
+		return Decision{}, err
+	}
 	machines := &infrav1.ContainerMachineList{}
-	if err := r.reader.List(ctx, machines, client.InNamespace(req.Cluster.Namespace),
-		client.MatchingLabels{clusterv1.ClusterNameLabel: req.Cluster.Name}); err != nil {
+	if err := r.client.List(ctx, machines, client.InNamespace(req.Cluster.Namespace),
+		client.MatchingLabels{clusterv1.ClusterNameLabel: req.Cluster.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return Decision{}, fmt.Errorf("failed to list the ContainerMachines of Cluster %s: %w", klog.KObj(req.Cluster), err)
 	}
 	nodes := &corev1.NodeList{}
-	if err := req.Workload.List(ctx, nodes); err != nil {
+	if err := req.Workload.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return Decision{}, fmt.Errorf("failed to list the Nodes of Cluster %s: %w", klog.KObj(req.Cluster), err)
 	}
-	d, err := Decide(cfg, machines.Items, nodes.Items, cm, req.Node)
+	all, err := r.withPendingMachines(ctx, st, req.Cluster.Namespace, machines.Items)
+	if err != nil {
+		return Decision{}, err
+	}
+	d, err := Decide(cfg, all, st.withPendingNodes(r.now(), nodes.Items), cm, req.Node)
 	if err != nil {
 		allocationFailures.WithLabelValues(infrav1.FailedReason).Inc()
 		return Decision{}, fmt.Errorf("failed to decide the pod CIDRs of ContainerMachine %s: %w", klog.KObj(cm), err)
@@ -133,16 +170,43 @@ func (r *Recorder) Allocate(ctx context.Context, req Request) (Decision, error) 
 		return r.failed(d), nil
 	}
 	previous := cm.Annotations[infrav1.PodCIDRsAnnotation]
-	if live := listed(machines.Items, cm); live != nil {
+	if live := listed(all, cm); live != nil {
 		previous = live.Annotations[infrav1.PodCIDRsAnnotation]
 	}
 	if value := FormatPodCIDRs(d.CIDRs); previous != value {
 		if err := r.record(ctx, cm, value); err != nil {
 			return Decision{}, err
 		}
+		st.machines[cm.Name] = &pending{value: value, providerID: cm.Spec.ProviderID, checked: r.now(),
+			cached: listed(machines.Items, cm) != nil}
 		ctrl.LoggerFrom(ctx).Info("Recorded pod CIDRs", "PodCIDRs", value, "Previous", previous)
 	}
 	return d, nil
+}
+
+// seed lays every record the API server holds for the cluster over the
+// cache, the first time the cluster allocates in this manager's life. The
+// cache may have been started long before this manager became the leader,
+// and its watch may not yet have delivered what the previous leader
+// recorded last; the API server's list has it.
+func (r *Recorder) seed(ctx context.Context, st *clusterState, cluster *clusterv1.Cluster) error {
+	if st.listed {
+		return nil
+	}
+	machines := &infrav1.ContainerMachineList{}
+	if err := r.reader.List(ctx, machines, client.InNamespace(cluster.Namespace),
+		client.MatchingLabels{clusterv1.ClusterNameLabel: cluster.Name}); err != nil {
+		return fmt.Errorf("failed to list the ContainerMachines of Cluster %s: %w", klog.KObj(cluster), err)
+	}
+	now := r.now()
+	for i := range machines.Items {
+		m := &machines.Items[i]
+		if v, ok := m.Annotations[infrav1.PodCIDRsAnnotation]; ok {
+			st.machines[m.Name] = &pending{value: v, providerID: m.Spec.ProviderID, checked: now}
+		}
+	}
+	st.listed = true
+	return nil
 }
 
 func (r *Recorder) failed(d Decision) Decision {
@@ -184,8 +248,10 @@ func (st *clusterState) unreported(bad []*RecordError) []*RecordError {
 // it already has them, and returns the Node as the API server now holds
 // it. The apply carries the Node's resourceVersion so that it can never
 // create a Node that was deleted meanwhile; a conflict is retried by the
-// caller.
-func AssignNode(ctx context.Context, workload client.Client, node *corev1.Node, cidrs []netip.Prefix) (*corev1.Node, error) {
+// caller. Until the cluster's Node informer shows the CIDRs, the Recorder
+// counts them as the Node's: once the machine's record is gone, the Node
+// is what keeps them reserved.
+func (r *Recorder) AssignNode(ctx context.Context, cluster *clusterv1.Cluster, workload client.Client, node *corev1.Node, cidrs []netip.Prefix) (*corev1.Node, error) {
 	want := CIDRStrings(cidrs)
 	if slices.Equal(node.Spec.PodCIDRs, want) && node.Spec.PodCIDR == want[0] {
 		return node, nil
@@ -193,10 +259,14 @@ func AssignNode(ctx context.Context, workload client.Client, node *corev1.Node, 
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node.Name, ResourceVersion: node.ResourceVersion}}
 	n.Spec.PodCIDR = want[0]
 	n.Spec.PodCIDRs = want
+	st := r.state(cluster)
+	st.alloc.Lock()
+	defer st.alloc.Unlock()
 	if err := ssa.Apply(ctx, workload, FieldOwner, n, ssa.WithOptimisticLock()); err != nil {
 		allocationFailures.WithLabelValues(infrav1.FailedReason).Inc()
 		return nil, fmt.Errorf("failed to set pod CIDRs %s on Node %s: %w", strings.Join(want, ","), node.Name, err)
 	}
+	st.nodes[node.Name] = &pending{value: strings.Join(want, ","), checked: r.now(), cached: true}
 	ctrl.LoggerFrom(ctx).Info("Assigned pod CIDRs to the Node", "Node", klog.KObj(n), "PodCIDRs", strings.Join(want, ","))
 	return n, nil
 }
