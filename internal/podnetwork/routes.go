@@ -153,12 +153,39 @@ func ApplyCommand(add, del []Route) []string {
 // DesiredRoutes returns, for every node, the routes it needs to reach the
 // other nodes' pod CIDRs: each CIDR through the owning node's address of
 // the same family. A CIDR whose owner has no address of its family is left
-// out. Routes are sorted, so the result is deterministic.
+// out. Routes are sorted, so the result is deterministic. It holds N × (N −
+// 1) routes for N nodes; the Syncer keeps a RouteTable instead.
 func DesiredRoutes(nodes []Node) map[string][]Route {
-	var all []struct {
+	t := NewRouteTable(nodes)
+	out := make(map[string][]Route, len(nodes))
+	for _, n := range nodes {
+		out[n.Name] = t.For(n.Name)
+	}
+	return out
+}
+
+// RouteTable is every route into a cluster's pod network: each node's pod
+// CIDRs through its address. A node needs all of them but the routes to
+// its own CIDRs (For), so one table of N nodes' routes stands for what all
+// N nodes are programmed with, where their route lists would hold N × (N −
+// 1): about a million routes, tens of MiB, for a cluster of 1,000 nodes,
+// kept between syncs. A RouteTable is never changed once built.
+type RouteTable struct {
+	// routes are sorted (sortRoutes); owners[i] is the name of the node
+	// that routes[i] leads to.
+	routes []Route
+	owners []string
+}
+
+// NewRouteTable returns the routes to each node's pod CIDRs through its
+// address of the CIDR's family; a CIDR whose node has no address of its
+// family is left out.
+func NewRouteTable(nodes []Node) *RouteTable {
+	type owned struct {
 		owner string
 		r     Route
 	}
+	var all []owned
 	for _, n := range nodes {
 		for _, p := range n.PodCIDRs {
 			via := n.IPv4
@@ -168,36 +195,50 @@ func DesiredRoutes(nodes []Node) map[string][]Route {
 			if !p.IsValid() || !via.IsValid() {
 				continue
 			}
-			all = append(all, struct {
-				owner string
-				r     Route
-			}{n.Name, Route{Dst: p.Masked(), Via: via}})
+			all = append(all, owned{n.Name, Route{Dst: p.Masked(), Via: via}})
 		}
 	}
-	out := make(map[string][]Route, len(nodes))
-	for _, n := range nodes {
-		routes := []Route{}
-		for _, a := range all {
-			if a.owner != n.Name {
-				routes = append(routes, a.r)
-			}
+	slices.SortStableFunc(all, func(a, b owned) int { return compareRoutes(a.r, b.r) })
+	t := &RouteTable{routes: make([]Route, len(all)), owners: make([]string, len(all))}
+	for i, a := range all {
+		t.routes[i], t.owners[i] = a.r, a.owner
+	}
+	return t
+}
+
+// For returns the routes node needs: every route of the table but those to
+// its own pod CIDRs, sorted. A nil table has none.
+func (t *RouteTable) For(node string) []Route {
+	if t == nil {
+		return []Route{}
+	}
+	out := make([]Route, 0, len(t.routes))
+	for i, r := range t.routes {
+		if t.owners[i] != node {
+			out = append(out, r)
 		}
-		sortRoutes(routes)
-		out[n.Name] = routes
 	}
 	return out
 }
 
-func sortRoutes(rs []Route) {
-	slices.SortFunc(rs, func(a, b Route) int {
-		if c := a.Dst.Addr().Compare(b.Dst.Addr()); c != 0 {
-			return c
-		}
-		if c := a.Dst.Bits() - b.Dst.Bits(); c != 0 {
-			return c
-		}
-		return a.Via.Compare(b.Via)
-	})
+// Equal reports whether t and o hold the same routes to the same nodes.
+func (t *RouteTable) Equal(o *RouteTable) bool {
+	if t == nil || o == nil {
+		return t == o
+	}
+	return slices.Equal(t.routes, o.routes) && slices.Equal(t.owners, o.owners)
+}
+
+func sortRoutes(rs []Route) { slices.SortFunc(rs, compareRoutes) }
+
+func compareRoutes(a, b Route) int {
+	if c := a.Dst.Addr().Compare(b.Dst.Addr()); c != 0 {
+		return c
+	}
+	if c := a.Dst.Bits() - b.Dst.Bits(); c != 0 {
+		return c
+	}
+	return a.Via.Compare(b.Via)
 }
 
 // routeTypes are the first words of `ip route show` lines that are route

@@ -140,6 +140,38 @@ func TestDesiredRoutes(t *testing.T) {
 	}
 }
 
+func TestRouteTableEqual(t *testing.T) {
+	a := Node{Name: "a", IPv4: addr("172.18.0.2"), PodCIDRs: []netip.Prefix{pfx("10.244.0.0/24")}}
+	b := Node{Name: "b", IPv4: addr("172.18.0.3"), PodCIDRs: []netip.Prefix{pfx("10.244.1.0/24")}}
+	moved := b
+	moved.IPv4 = addr("172.18.0.9")
+	renamed := b
+	renamed.Name = "b2"
+	for _, tc := range []struct {
+		name string
+		x, y *RouteTable
+		want bool
+	}{
+		{"the same nodes in another order", NewRouteTable([]Node{a, b}), NewRouteTable([]Node{b, a}), true},
+		{"no nodes, and nodes without routes", NewRouteTable(nil), NewRouteTable([]Node{{Name: "c"}}), true},
+		{"a node joined", NewRouteTable([]Node{a}), NewRouteTable([]Node{a, b}), false},
+		{"a node's address moved", NewRouteTable([]Node{a, b}), NewRouteTable([]Node{a, moved}), false},
+		// The same route to another node: each node's own routes differ.
+		{"a CIDR changed hands", NewRouteTable([]Node{a, b}), NewRouteTable([]Node{a, renamed}), false},
+		{"nil and empty", nil, NewRouteTable(nil), false},
+		{"both nil", nil, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.x.Equal(tc.y); got != tc.want {
+				t.Fatalf("Equal = %v, want %v", got, tc.want)
+			}
+			if got := tc.y.Equal(tc.x); got != tc.want {
+				t.Fatalf("Equal the other way = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestApplyCommand(t *testing.T) {
 	add := []Route{{pfx("10.244.1.0/24"), addr("172.18.0.3")}, {pfx("fd00:10:244:1::/64"), addr("fc00:f853:ccd:e793::3")}}
 	del := []Route{{pfx("10.244.2.0/24"), addr("172.18.0.4")}}

@@ -52,6 +52,9 @@ type clusterState struct {
 	// nodes is what was programmed into each node container; only the
 	// holder of sync touches it, and not from the goroutines of a sync.
 	nodes map[string]programmed
+	// table is the routes of the last sync; the nodes it brought to them
+	// share it. Only the holder of sync touches it.
+	table *RouteTable
 
 	// mtu is the pods' MTU (CNIConfig), read once from the cluster's
 	// network when mtuKnown; only the holder of sync touches them.
@@ -70,15 +73,18 @@ type programmed struct {
 	id       string
 	starts   uint64
 	podCIDRs []netip.Prefix
-	// routes are the node's routes into the cluster's pod network.
-	routes   []Route
+	// table holds the node's routes into the cluster's pod network:
+	// table.For(the node's name). Nodes brought to the same routes share
+	// one table, so what a cluster's nodes remember grows with N, not N².
+	table    *RouteTable
 	verified time.Time
 }
 
 // NewSyncer returns a Syncer that reaches node containers on their engines
 // in set and reads ContainerMachines through reader (the manager's cache is fine: a
-// stale read only delays a route until the next sync). clk defaults to the
-// real clock.
+// stale read only delays a route until the next sync; the Syncer never
+// changes what it reads, so the cache need not copy it). clk defaults to
+// the real clock.
 func NewSyncer(set engines.Set, reader client.Reader, clk clock.PassiveClock) *Syncer {
 	if clk == nil {
 		clk = clock.RealClock{}
@@ -140,9 +146,12 @@ func (s *Syncer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infra
 	st.sync.Lock()
 	defer st.sync.Unlock()
 
+	// Read only, for their records: a cache that serves the cluster's
+	// machines without a copy of each, per sync, spares the manager that
+	// garbage (a reader that is not a cache ignores the option).
 	machines := &infrav1.ContainerMachineList{}
 	if err := s.reader.List(ctx, machines, client.InNamespace(cluster.Namespace),
-		client.MatchingLabels{clusterv1.ClusterNameLabel: cluster.Name}); err != nil {
+		client.MatchingLabels{clusterv1.ClusterNameLabel: cluster.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("failed to list the ContainerMachines of Cluster %s: %w", klog.KObj(cluster), err)
 	}
 	mtu, err := s.podMTU(ctx, st, cluster, cc)
@@ -172,7 +181,13 @@ func (s *Syncer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infra
 	}
 	st.forgetAllBut(byName)
 
-	desired := DesiredRoutes(nodes)
+	table := NewRouteTable(nodes)
+	if table.Equal(st.table) {
+		// Nothing moved: the nodes brought to the last table need nothing
+		// (syncNode), and keep sharing it.
+		table = st.table
+	}
+	st.table = table
 	// Each node's commands are independent of the others', and on a busy
 	// engine one node's take seconds: in turn, the last node of a
 	// scale-out would wait for every other one's before its CNI
@@ -186,7 +201,7 @@ func (s *Syncer) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infra
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			results[i].programmed, results[i].err = s.syncNode(ctx, st, c, owner.ForMachine(c.Labels[container.LabelMachine]), n, p, known, desired[n.Name], cfg.ClusterCIDRs, mtu)
+			results[i].programmed, results[i].err = s.syncNode(ctx, st, c, owner.ForMachine(c.Labels[container.LabelMachine]), n, p, known, table, cfg.ClusterCIDRs, mtu)
 		})
 	}
 	wg.Wait()
@@ -238,10 +253,10 @@ func (st *clusterState) startsOf(name string) uint64 {
 }
 
 // syncNode brings one node to its CNI configuration, masquerade rule and
-// desired routes, from p, what it was last brought to (known says there is
-// such a record), and returns what it brought the node to. The caller holds
-// st.sync.
-func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c engines.Owned, owner container.Owner, n Node, p programmed, known bool, desired []Route, clusterCIDRs []netip.Prefix, mtu int) (programmed, error) {
+// its routes of table, from p, what it was last brought to (known says
+// there is such a record), and returns what it brought the node to. The
+// caller holds st.sync.
+func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c engines.Owned, owner container.Owner, n Node, p programmed, known bool, table *RouteTable, clusterCIDRs []netip.Prefix, mtu int) (programmed, error) {
 	now := s.clock.Now()
 	verifyInterval := s.VerifyInterval
 	if verifyInterval == 0 {
@@ -251,8 +266,15 @@ func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c engines.Owned
 	// the next sync program the node again.
 	starts := st.startsOf(n.Name)
 	trusted := known && p.id == c.ID && p.starts == starts && slices.Equal(p.podCIDRs, n.PodCIDRs) && now.Sub(p.verified) < verifyInterval
-	current := p.routes
-	if !trusted {
+	if trusted && p.table == table {
+		// Brought to these very routes, and trusted: nothing to do, and no
+		// route list to build.
+		return p, nil
+	}
+	var current []Route
+	if trusted {
+		current = p.table.For(n.Name)
+	} else {
 		if len(n.PodCIDRs) > 0 {
 			if err := writeCNIConfig(ctx, c.Runtime, n.Name, owner, n.PodCIDRs, mtu); err != nil {
 				return programmed{}, err
@@ -265,14 +287,14 @@ func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c engines.Owned
 		current = ParseRoutes(out)
 		p = programmed{id: c.ID, starts: starts, podCIDRs: n.PodCIDRs, verified: now}
 	}
-	add, del := DiffRoutes(current, desired, clusterCIDRs)
+	add, del := DiffRoutes(current, table.For(n.Name), clusterCIDRs)
 	if cmd := ApplyCommand(add, del); cmd != nil {
 		if _, err := exec(ctx, c.Runtime, n.Name, owner, cmd); err != nil {
 			return programmed{}, err
 		}
 		ctrl.LoggerFrom(ctx).Info("Synced pod CIDR routes", "Container", n.Name, "Added", len(add), "Removed", len(del))
 	}
-	p.routes = desired
+	p.table = table
 	return p, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
@@ -208,6 +209,72 @@ func TestSyncCostPerChange(t *testing.T) {
 		if got[name] != 1 {
 			t.Fatalf("%s ran %d commands when verified, want 1 (the probe): %v", name, got[name], got)
 		}
+	}
+}
+
+// What a sync remembers of a cluster's nodes grows with their number, not
+// its square: every node brought to the same routes shares one RouteTable,
+// which holds each node's routes once, and a sync with nothing new keeps
+// it.
+func TestSyncRemembersOneRouteTable(t *testing.T) {
+	e := newSyncEnv(t, "10.244.0.0/16", "fd00:10:244::/56")
+	for i := range 5 {
+		e.node(fmt.Sprintf("m%d", i), fmt.Sprintf("10.244.%d.0/24", i), fmt.Sprintf("fd00:10:244:%d::/64", i))
+	}
+	st := e.syncer.state(client.ObjectKeyFromObject(e.cluster))
+	shared := func() *RouteTable {
+		t.Helper()
+		var table *RouteTable
+		for name, p := range st.nodes {
+			if table == nil {
+				table = p.table
+			}
+			if p.table == nil || p.table != table {
+				t.Fatalf("%s remembers routes of its own, not the cluster's table", name)
+			}
+		}
+		if table != st.table {
+			t.Fatal("the nodes do not share the table of the last sync")
+		}
+		return table
+	}
+
+	e.sync()
+	first := shared()
+	if len(st.nodes) != 5 || len(first.routes) != 10 {
+		t.Fatalf("%d nodes remembered, table of %d routes; want 5 and 10 (an IPv4 and an IPv6 route per node)", len(st.nodes), len(first.routes))
+	}
+	e.sync()
+	if shared() != first {
+		t.Fatal("a sync with nothing new replaced the table")
+	}
+	e.node("m5", "10.244.5.0/24", "fd00:10:244:5::/64")
+	e.sync()
+	if second := shared(); second == first || len(second.routes) != 12 || len(st.nodes) != 6 {
+		t.Fatalf("after a node joined: %d nodes, %d routes, a new table %v; want 6, 12, true", len(st.nodes), len(second.routes), second != first)
+	}
+}
+
+// A sync reads the cluster's machines for their records only, and asks the
+// cache not to copy them: a copy of each machine per sync is garbage that
+// grows with the cluster.
+func TestSyncListsMachinesWithoutCopies(t *testing.T) {
+	e := newSyncEnv(t, "10.244.0.0/16")
+	e.node("a", "10.244.0.0/24")
+	lists := 0
+	reader := interceptor.NewClient(e.mgmt.(client.WithWatch), interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			lists++
+			if o := (&client.ListOptions{}).ApplyOptions(opts); o.UnsafeDisableDeepCopy == nil || !*o.UnsafeDisableDeepCopy {
+				t.Errorf("the sync listed %T with copies: %+v", list, o)
+			}
+			return c.List(ctx, list, opts...)
+		},
+	})
+	e.syncer = NewSyncer(engines.Single(e.rt), reader, e.clock)
+	e.sync()
+	if lists != 1 {
+		t.Fatalf("the sync listed %d times, want 1", lists)
 	}
 }
 

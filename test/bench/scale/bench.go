@@ -10,8 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -44,6 +42,8 @@ const (
 	driverAgent = "bench-driver"
 	nodeImage   = "capct/node:v1.35.4"
 	version     = "v1.35.4"
+	// managerSyncPeriod is main.go's --sync-period default.
+	managerSyncPeriod = 10 * time.Minute
 )
 
 const bootstrapData = `#cloud-config
@@ -70,16 +70,15 @@ type bench struct {
 
 func newBench(ctx context.Context, o options) (*bench, error) {
 	b := &bench{o: o, requests: newRequestCounter(), rt: fake.New(nil)}
-	// The manager as main.go builds it: its rate limits and user agent,
-	// Secrets cached only when they belong to a Cluster.
-	clusterSecret, err := labels.NewRequirement(clusterv1.ClusterNameLabel, selection.Exists, nil)
-	if err != nil {
-		return nil, fmt.Errorf("failed to build the Secret cache selector: %w", err)
-	}
+	// The manager as main.go builds it (managerCacheOptions,
+	// managerClientOptions): its rate limits and user agent, its sync
+	// period, Secrets and ConfigMaps never cached (envtest's client
+	// options), managedFields stripped from every cached object.
+	var err error
 	b.env, err = envtest.NewWith(envtest.Options{
 		Config: func(c *rest.Config) { managerConfig(c, capctAgent, 100, 200, b.requests) },
 		Manager: func(mo *ctrl.Options) {
-			mo.Cache.ByObject = map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: labels.NewSelector().Add(*clusterSecret)}}
+			mo.Cache.SyncPeriod = ptr.To(managerSyncPeriod)
 			if o.stripManagedFields {
 				mo.Cache.DefaultTransform = cache.TransformStripManagedFields()
 			}
@@ -185,17 +184,13 @@ func (b *bench) setupClusterAPI(ctx context.Context, mgr ctrl.Manager) error {
 // fake engine; the load balancer's statistics come from the configuration
 // written, as the envtest suites read them.
 func (b *bench) setupCAPCT(ctx context.Context, mgr ctrl.Manager) error {
-	secrets, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), HTTPClient: mgr.GetHTTPClient(),
-		Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
-	if err != nil {
-		return fmt.Errorf("failed to create the Secret caching client: %w", err)
-	}
 	var transform toolscache.TransformFunc
 	if b.o.stripManagedFields {
 		transform = cache.TransformStripManagedFields()
 	}
 	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
-		SecretClient: secrets,
+		// Kubeconfigs read uncached, as main.go does.
+		SecretClient: mgr.GetAPIReader(),
 		Cache:        clustercache.CacheOptions{DefaultTransform: transform},
 		Client: clustercache.ClientOptions{QPS: 20, Burst: 30, UserAgent: capctAgent,
 			Cache: clustercache.ClientCacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}}},

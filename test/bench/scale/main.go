@@ -43,6 +43,8 @@ func main() {
 		"drop metadata.managedFields from the objects in the manager's cache and CAPCT's ClusterCache, as main.go does; false measures what that saves")
 	flag.IntVar(&o.maxConcurrentBootstraps, "max-concurrent-bootstraps", lifecycle.DefaultMaxConcurrentBootstraps,
 		"the manager's --max-concurrent-bootstraps (0: no limit)")
+	flag.BoolVar(&o.peakHeapProfile, "peak-heap-profile", false,
+		"also write <out>/scale-<machines>.peak.heap.pprof, the live heap behind the peak; off by default, as writing it costs memory of its own")
 	klog.InitFlags(nil)
 	// A finer heap profile than the default one sample per 512 KiB: the
 	// analysis splits a heap of tens of MiB by package.
@@ -65,6 +67,7 @@ type options struct {
 
 	maxConcurrentBootstraps int
 	stripManagedFields      bool
+	peakHeapProfile         bool
 }
 
 func run(o options) error {
@@ -77,7 +80,11 @@ func run(o options) error {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
 
+	base := filepath.Join(o.out, fmt.Sprintf("scale-%d", o.machines))
 	var mem memorySampler
+	if o.peakHeapProfile {
+		mem.peakProfile = base + ".peak.heap.pprof"
+	}
 	go mem.run(ctx, 200*time.Millisecond)
 
 	b, err := newBench(ctx, o)
@@ -86,7 +93,6 @@ func run(o options) error {
 	}
 	defer b.stop()
 
-	base := filepath.Join(o.out, fmt.Sprintf("scale-%d", o.machines))
 	cpu, err := os.Create(base + ".cpu.pprof")
 	if err != nil {
 		return fmt.Errorf("failed to create the CPU profile: %w", err)
@@ -101,6 +107,9 @@ func run(o options) error {
 		return errors.Join(runErr, fmt.Errorf("failed to write the CPU profile: %w", err))
 	}
 	mem.sample()
+	if err := mem.err(); err != nil {
+		return errors.Join(runErr, err)
+	}
 	if err := writeHeapProfile(base + ".heap.pprof"); err != nil {
 		return errors.Join(runErr, err)
 	}
@@ -111,6 +120,9 @@ func run(o options) error {
 	res.PeakRSSMiB = toMiB(procStatus("VmHWM"))
 	res.RSSAtEndMiB = toMiB(procStatus("VmRSS"))
 	res.Profiles = []string{base + ".cpu.pprof", base + ".heap.pprof"}
+	if mem.peakProfile != "" {
+		res.Profiles = append(res.Profiles, mem.peakProfile)
+	}
 	if runErr != nil {
 		res.Error = runErr.Error()
 	}

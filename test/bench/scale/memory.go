@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +21,15 @@ type memorySampler struct {
 	peakHeap     uint64 // HeapAlloc: live and not yet collected objects
 	peakHeapInUs uint64 // HeapInuse: spans holding them
 	peakSys      uint64 // memory obtained from the OS by the Go runtime
+
+	// peakProfile, when set, is where a heap profile is written each time
+	// the heap reaches a peak a tenth above the last one profiled. A heap
+	// profile shows the heap as the last collection left it: at the peak,
+	// the live objects that set the collector's goal for the heap, and so
+	// the peak (the profile at the end shows what is still held then).
+	peakProfile string
+	profiled    uint64
+	profileErr  error
 }
 
 func (s *memorySampler) run(ctx context.Context, every time.Duration) {
@@ -42,6 +53,33 @@ func (s *memorySampler) sample() {
 	s.peakHeap = max(s.peakHeap, m.HeapAlloc)
 	s.peakHeapInUs = max(s.peakHeapInUs, m.HeapInuse)
 	s.peakSys = max(s.peakSys, m.Sys)
+	if s.peakProfile != "" && s.profileErr == nil && m.HeapAlloc > s.profiled+s.profiled/10 {
+		s.profiled = m.HeapAlloc
+		s.profileErr = writeProfile(s.peakProfile)
+	}
+}
+
+func (s *memorySampler) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.profileErr
+}
+
+// writeProfile writes the heap profile as it stands (the heap of the last
+// collection) to path.
+func writeProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("failed to create the heap profile %s: %w", path, err)
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("failed to write the heap profile %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("failed to write the heap profile %s: %w", path, err)
+	}
+	return nil
 }
 
 // procStatus returns a field of /proc/self/status in bytes (VmHWM, VmRSS),

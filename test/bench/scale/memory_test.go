@@ -1,0 +1,36 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// With a path, the sampler writes a heap profile at the first peak, and
+// again only once the heap has grown a tenth beyond it; without one it
+// writes nothing.
+func TestMemorySamplerWritesThePeakProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "peak.heap.pprof")
+	s := memorySampler{peakProfile: path}
+	s.sample()
+	if err := s.err(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Fatalf("no peak profile written: %v", err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	s.profiled *= 2 // as if the heap had been twice as large
+	s.sample()
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("a profile was written below the last peak: %v", err)
+	}
+
+	off := memorySampler{}
+	off.sample()
+	if off.err() != nil || off.profiled != 0 {
+		t.Fatalf("a sampler without a path profiled: %v", off.err())
+	}
+}
