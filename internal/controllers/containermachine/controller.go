@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -15,10 +16,10 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/annotations"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	capicontroller "sigs.k8s.io/cluster-api/util/controller"
-	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/labels/format"
-	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -92,7 +93,8 @@ type Reconciler struct {
 	UnreachableEngineDeletionTimeout time.Duration
 
 	// APIReader counts a cluster's machines when placing one
-	// (machineprovider), uncached so that the last placement is seen; nil
+	// (machineprovider), uncached so that the last placement is seen, and
+	// reads a machine whose status patch met a conflict (persister); nil
 	// means mgr.GetAPIReader().
 	APIReader client.Reader
 
@@ -230,7 +232,7 @@ var bootstrapDataChanged = predicate.Funcs{
 
 // Reconcile fetches the ContainerMachine and its owners, then runs the
 // machine's lifecycle phases or its termination.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	cm := &infrav1.ContainerMachine{}
 	if err := r.Client.Get(ctx, req.NamespacedName, cm); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -253,26 +255,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	log := ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KObj(cluster))
 	ctx = ctrl.LoggerInto(ctx, log)
 
-	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, cm); err != nil || isPaused || requeue {
+	if annotations.IsPaused(cluster, cm) {
+		_, _, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, cm)
 		return ctrl.Result{}, err
 	}
-	if cm.DeletionTimestamp.IsZero() {
-		// Add the finalizer first, so that no container is ever created for
-		// an object that could vanish without cleaning it up.
-		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, cm, infrav1.MachineFinalizer); err != nil || added {
+	w := newPersister(r.Client, r.APIReader, cm)
+	// Not paused: the condition goes with the reconcile's one status patch
+	// rather than a patch and a reconcile of its own.
+	conditions.Set(cm, metav1.Condition{Type: clusterv1.PausedCondition, Status: metav1.ConditionFalse,
+		Reason: clusterv1.NotPausedReason, LastTransitionTime: metav1.NewTime(r.Clock.Now())})
+	if cm.DeletionTimestamp.IsZero() && controllerutil.AddFinalizer(cm, infrav1.MachineFinalizer) {
+		// Written at once, so that no container is ever created for an
+		// object that could vanish without cleaning it up; the reconcile
+		// goes on, so the first status patch is this one's.
+		if err := w.writeObject(ctx, cm); err != nil {
 			return ctrl.Result{}, err
 		}
-	}
-
-	helper, err := patch.NewHelper(cm, r.Client)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("failed to create a patch helper for ContainerMachine %s: %w", klog.KObj(cm), err)
 	}
 	defer func() {
 		lifecycle.SetReadyCondition(cm, r.Clock.Now())
 		cm.Status.Phase = lifecycle.DerivePhase(cm)
-		if err := helper.Patch(ctx, cm, patch.WithOwnedConditions{Conditions: ownedConditions}); err != nil {
-			retErr = errors.Join(retErr, fmt.Errorf("failed to patch ContainerMachine %s: %w", klog.KObj(cm), err))
+		stale, err := w.write(ctx, cm)
+		if err != nil {
+			retErr = errors.Join(retErr, err)
+		}
+		if stale {
+			// The update that made the status stale wakes the machine; this
+			// is only the safety net.
+			res = util.LowestNonZeroResult(res, ctrl.Result{RequeueAfter: staleRecheck})
 		}
 	}()
 
@@ -305,12 +315,9 @@ func awaitsMachine(cm *infrav1.ContainerMachine) bool {
 	return true
 }
 
-// ownedConditions are the conditions this controller writes; the patch
-// helper merges only these, so other writers' conditions survive.
-var ownedConditions = []string{
-	infrav1.ReadyCondition, infrav1.LaunchedCondition, infrav1.ContainerRunningCondition, infrav1.BootstrappedCondition,
-	infrav1.RegisteredCondition, infrav1.InitializedCondition, infrav1.PodCIDRAllocatedCondition,
-}
+// staleRecheck is how soon a machine whose status patch lost to a newer
+// write is reconciled again, should the event of that write not wake it.
+const staleRecheck = 5 * time.Second
 
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *lifecycle.MachineScope) (ctrl.Result, error) {
 	done, res, err := r.termination.Reconcile(ctx, s)
