@@ -22,7 +22,6 @@ import (
 	capicontroller "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/labels/format"
-	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -299,10 +298,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 	}
 
-	helper, err := patch.NewHelper(pool, r.Client)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("failed to create a patch helper for ContainerMachinePool %s: %w", klog.KObj(pool), err)
-	}
+	before := pool.DeepCopy()
 	s := &scope{pool: pool, machinePool: mp, machinePoolName: mpName, cluster: cluster}
 	defer func() {
 		desired := 0
@@ -313,8 +309,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			desired: desired, members: s.members, cluster: cluster, deleting: !pool.DeletionTimestamp.IsZero(),
 			generation: pool.Generation, machineKind: MachineKind,
 		}, r.Clock.Now())
-		if err := helper.Patch(ctx, pool, patch.WithOwnedConditions{Conditions: []string{infrav1.ReadyCondition}}); err != nil {
-			retErr = errors.Join(retErr, fmt.Errorf("failed to patch ContainerMachinePool %s: %w", klog.KObj(pool), err))
+		if err := r.write(ctx, before, pool); err != nil {
+			retErr = errors.Join(retErr, err)
 		}
 	}()
 
@@ -322,6 +318,37 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return r.reconcileDelete(ctx, s)
 	}
 	return ctrl.Result{}, r.reconcileNormal(ctx, s)
+}
+
+// write sends what the reconcile changed of the pool: its spec
+// (providerIDList) in one patch when it changed, then its status,
+// conditions included, in one patch. Cluster API's patch helper would
+// send the conditions and the rest of the status as two patches, on every
+// change of the pool's members. The status patch is locked on the
+// resourceVersion it was computed against, so that a status computed from
+// a stale read never replaces a newer one (merge patches replace the
+// conditions list whole); a conflict is an error, so the pool is
+// reconciled again from what is there.
+func (r *Reconciler) write(ctx context.Context, before, pool *expinfrav1.ContainerMachinePool) error {
+	status := pool.Status
+	if !equality.Semantic.DeepEqual(before.ObjectMeta, pool.ObjectMeta) || !equality.Semantic.DeepEqual(before.Spec, pool.Spec) {
+		pool.Status = before.Status
+		if err := r.Client.Patch(ctx, pool, client.MergeFrom(before)); err != nil {
+			pool.Status = status
+			return fmt.Errorf("failed to patch ContainerMachinePool %s: %w", klog.KObj(pool), err)
+		}
+		// The response is the API server's pool; the status patch locks on
+		// its resourceVersion.
+		before = pool.DeepCopy()
+		pool.Status = status
+	}
+	if equality.Semantic.DeepEqual(before.Status, pool.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, pool, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("failed to patch the status of ContainerMachinePool %s: %w", klog.KObj(pool), err)
+	}
+	return nil
 }
 
 // scope is what one reconcile works on.
