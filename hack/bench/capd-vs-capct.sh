@@ -28,6 +28,11 @@
 # Ready in 900 s), and a phase beside the other's cluster would not
 # measure the provider alone.
 #
+# From the node containers' cgroups on this host (hack/bench/node-cost.sh's
+# readers): each scale-out node's CPU seconds from its container's start to
+# the poll that first sees its Node Ready, and its idle CPU (cores) over the
+# steady window and memory at its end (with and without page cache).
+#
 # From the audit log: each manager's writes (by its service account) per
 # provisioned machine during scale-out (from the scale to SETTLE_SECONDS
 # after all Nodes Ready) and per minute in the steady window, with and
@@ -51,6 +56,8 @@ export MGMT_AUDIT_POLICY=$root/hack/bench/audit-policy.yaml
 export LOG_NAME=bench
 # shellcheck source=hack/quickstart/lib.sh
 source "$root/hack/quickstart/lib.sh"
+# shellcheck source=hack/bench/node-cost.sh
+source "$root/hack/bench/node-cost.sh" # node_cgroup, cgroup_read
 
 rounds=${ROUNDS:-3}
 # FIRST names the provider that goes first in odd rounds (capct), so that
@@ -122,11 +129,61 @@ machines_running() {
 }
 
 # node_counts NAME: "REGISTERED READY" Nodes of the workload cluster, "0 0"
-# while its API server does not answer yet.
+# while its API server does not answer yet. The names of the Ready Nodes go
+# to $QS_OUT/NAME-ready.txt, for node_cost_poll.
 node_counts() {
-  kwl "$1" get nodes -o json 2>/dev/null | jq -r '
-    "\(.items | length) \([.items[] | select(any(.status.conditions[]; .type == "Ready" and .status == "True"))] | length)"' ||
-    echo "0 0"
+  local nodes
+  nodes=$(kwl "$1" get nodes -o json 2>/dev/null) || { echo "0 0"; return; }
+  jq -r '.items[] | select(any(.status.conditions[]; .type == "Ready" and .status == "True")) | .metadata.name' \
+    <<<"$nodes" >"$QS_OUT/$1-ready.txt" || true
+  jq -r '"\(.items | length) \([.items[] | select(any(.status.conditions[]; .type == "Ready" and .status == "True"))] | length)"' \
+    <<<"$nodes" 2>/dev/null || echo "0 0"
+}
+
+# ---- what a node costs (hack/bench/node-cost.sh reads the cgroups) ----
+
+# node_cost_poll PROVIDER NAME: for each container of the cluster's
+# scale-out (not in base_containers) whose Node is newly Ready (in
+# $QS_OUT/NAME-ready.txt: a node's name is its container's, for both
+# providers), a line of $QS_OUT/NAME-node-cost.jsonl with its seconds and
+# its cgroup's CPU seconds from the container's start to the poll that
+# first saw it Ready. Called by await_up after each count, in its subshell:
+# cost_done lives there. Only files are read (the cgroup, the Ready
+# names), and docker inspect once per container.
+declare -A cost_done=()
+node_cost_poll() {
+  local c cg cpu mem cache started out=$QS_OUT/$2-node-cost.jsonl
+  [[ -s $QS_OUT/$2-ready.txt ]] || return 0
+  while read -r c; do
+    [[ -z "${cost_done[$c]:-}" ]] || continue
+    grep -qxF "$c" <<<"${base_containers[$2]}" && continue
+    grep -qxF "$c" "$QS_OUT/$2-ready.txt" || continue
+    cost_done[$c]=1
+    cg=$(node_cgroup "$c") || { log "WARNING: no cgroup of $c"; continue; }
+    # shellcheck disable=SC2086 # the cgroup's three fields
+    read -r cpu mem cache < <(cgroup_read $cg)
+    started=$(date -d "$(docker inspect -f '{{.State.StartedAt}}' "$c")" +%s.%N)
+    jq -nc --arg n "$c" --argjson c "$cpu" --argjson s "$started" --argjson t "$(now)" \
+      '{name: $n, ready_s: ($t - $s | . * 10 | round / 10), cpu_to_ready_s: ($c / 1e9 | . * 100 | round / 100)}' >>"$out"
+  done < <(container_names "$1" "$2")
+}
+
+# node_idle PROVIDER NAME [BEFORE]: the CPU (ns) of each container of the
+# cluster's scale-out, a JSON object by name; with BEFORE (such an object,
+# read SECONDS earlier), their idle cores over that window and their memory
+# instead, a JSON array.
+node_idle() {
+  local c cg cpu mem cache
+  while read -r c; do
+    grep -qxF "$c" <<<"${base_containers[$2]}" && continue
+    cg=$(node_cgroup "$c") || continue
+    # shellcheck disable=SC2086
+    read -r cpu mem cache < <(cgroup_read $cg)
+    jq -nc --arg n "$c" --argjson c "$cpu" --argjson m "$mem" --argjson k "$cache" '{name: $n, cpu_ns: $c, mem: $m, cache: $k}'
+  done < <(container_names "$1" "$2") | if [[ -z "${3:-}" ]]; then jq -sc 'map({key: .name, value: .cpu_ns}) | from_entries'; else
+    jq -sc --argjson b "$3" --argjson w "$4" 'map(select($b[.name] != null) | {name, idle_cores: ((.cpu_ns - $b[.name]) / 1e9 / $w | . * 1000 | round / 1000),
+      memory_mib: (.mem / 1048576 | . * 10 | round / 10), memory_nocache_mib: ((.mem - .cache) / 1048576 | . * 10 | round / 10)})'
+  fi
 }
 
 # container_names PROVIDER NAME: the cluster's containers, by the
@@ -155,6 +212,7 @@ series_row() {
 # $QS_OUT/NAME-PHASE-series.tsv, timed from START (series_start).
 await_up() {
   local name=$1 start=$3 machines=$4 nodes=$5 deadline=$((SECONDS + timeout)) running="" ready="" series m reg rdy
+  rm -f "$QS_OUT/$name-ready.txt" "$QS_OUT/$name-node-cost.jsonl"
   series=$QS_OUT/$1-$2-series.tsv
   series_start "$series"
   until [[ -n "$running" && -n "$ready" ]]; do
@@ -170,6 +228,8 @@ await_up() {
     if [[ -z "$ready" ]]; then
       reg=0 rdy=0 # no kubeconfig yet: no API server to register Nodes with
       if fetch_kubeconfig "$name"; then read -r reg rdy < <(node_counts "$name"); fi
+      # a failed reading costs the node numbers, not the run
+      [[ $2 != scale-out ]] || node_cost_poll "${name%-b*}" "$name" || log "WARNING: $name: reading its nodes' cgroups failed"
       ((rdy < nodes)) || ready=$(now)
     fi
     series_row "$series" "$start" "$m" "$reg" "$rdy"
@@ -286,18 +346,24 @@ up() {
   # The machines' conditions, for where the time went (their transition times).
   kmgmt get machines,containermachines,dockermachines -n default -l "cluster.x-k8s.io/cluster-name=$name" -o json >"$QS_OUT/$name-scale-out.json"
   record "$(jq -n --arg p "$provider" --argjson r "$round" --argjson s "$start" --argjson m "$running" --argjson n "$ready" \
-    --argjson e "$(now)" '{provider: $p, round: $r, phase: "scale-out", start: $s, running: ($m - $s), ready: ($n - $s), end: $e}')"
+    --argjson e "$(now)" --slurpfile nc <(cat "$QS_OUT/$name-node-cost.jsonl" 2>/dev/null || true) \
+    '{provider: $p, round: $r, phase: "scale-out", start: $s, running: ($m - $s), ready: ($n - $s), end: $e, nodes: $nc}')"
   log "$provider round $round: MachinePool 0->$replicas: Machines Running in $(jq -n "$running - $start | . * 10 | round / 10")s, Nodes Ready in $(jq -n "$ready - $start | . * 10 | round / 10")s"
 }
 
 # steady PROVIDER ROUND: the provider's cluster, scaled out, left alone
-# for STEADY_SECONDS; the results count the provider's writes in it.
+# for STEADY_SECONDS; the results count the provider's writes in it, and
+# each scale-out node's idle CPU over it and its memory at its end.
 steady() {
-  local start
+  local start before end
   step "round $2: $1 steady state, its cluster up alone for ${steady}s"
   start=$(now)
+  before=$(node_idle "$1" "$1-b$2")
   sleep "$steady"
-  record "$(jq -n --arg p "$1" --argjson r "$2" --argjson s "$start" --argjson e "$(now)" '{provider: $p, round: $r, phase: "steady", start: $s, end: $e}')"
+  end=$(now)
+  record "$(jq -n --arg p "$1" --argjson r "$2" --argjson s "$start" --argjson e "$end" \
+    --argjson i "$(node_idle "$1" "$1-b$2" "$before" "$(jq -n "$end - $start")")" \
+    '{provider: $p, round: $r, phase: "steady", start: $s, end: $e, nodes: $i}')"
 }
 
 # leftovers PROVIDER NAME: what is left of a deleted cluster, one per line:
@@ -504,12 +570,21 @@ results() {
         scale_out_writes_per_machine: med($p; "scale-out"; .writes.total // null | if . == null then null else . / $n end),
         scale_out_writes_per_machine_without_leases: med($p; "scale-out"; .writes.without_leases // null | if . == null then null else . / $n end)
       }}) | from_entries) as $m
+    | (["capct", "capd"] | map(. as $p | {key: $p, value: {
+        cpu_to_ready_s: ([$ph[] | select(.provider == $p and .phase == "scale-out") | .nodes // [] | .[].cpu_to_ready_s] | median | r2),
+        idle_cores: ([$ph[] | select(.provider == $p and .phase == "steady") | .nodes // [] | .[].idle_cores] | median),
+        memory_mib: ([$ph[] | select(.provider == $p and .phase == "steady") | .nodes // [] | .[].memory_mib] | median | r1),
+        memory_nocache_mib: ([$ph[] | select(.provider == $p and .phase == "steady") | .nodes // [] | .[].memory_nocache_mib] | median | r1)}})
+        | from_entries) as $node_cost
     | (["capct", "capd"] | map(. as $p | ($ph | map(select(.phase == "steady" and .provider == $p)) | first) as $st
         | {key: $p, value: (if $st then writes($p; $st.start; $st.end) as $w
           | {per_minute: ($w.total * 60 / ($st.end - $st.start) | r2), per_minute_without_leases: ($w.without_leases * 60 / ($st.end - $st.start) | r2), by_resource: $w.by_resource}
           else null end)}) | from_entries) as $steady_writes
     | {date: $date, command: $command, wall_s: $wall, rounds: $rounds, n: $n, steady_s: $steady, settle_s: $settle,
        medians: $m,
+       # per scale-out node: CPU seconds from the start of its container to its
+       # Node Ready (every round), idle cores and memory (the steady window)
+       node_cost: $node_cost,
        ratios: {
          create_running_capct_capd: ratio($m.capct.create_running_s; $m.capd.create_running_s),
          create_ready_capct_capd: ratio($m.capct.create_ready_s; $m.capd.create_ready_s),
@@ -544,6 +619,10 @@ results() {
     "writes_per_machine_no_leases \(.medians.capct.scale_out_writes_per_machine_without_leases|f) \(.medians.capd.scale_out_writes_per_machine_without_leases|f) - \(.ratios.writes_per_machine_without_leases_capct_capd|f) -",
     "steady_writes_per_min \(.steady_writes.capct.per_minute|f) \(.steady_writes.capd.per_minute|f) - - -",
     "steady_writes_per_min_no_leases \(.steady_writes.capct.per_minute_without_leases|f) \(.steady_writes.capd.per_minute_without_leases|f) - - -",
+    "node_cpu_to_ready_s \(.node_cost.capct.cpu_to_ready_s|f) \(.node_cost.capd.cpu_to_ready_s|f) - - -",
+    "node_idle_cores \(.node_cost.capct.idle_cores|f) \(.node_cost.capd.idle_cores|f) - - -",
+    "node_memory_mib \(.node_cost.capct.memory_mib|f) \(.node_cost.capd.memory_mib|f) - - -",
+    "node_memory_nocache_mib \(.node_cost.capct.memory_nocache_mib|f) \(.node_cost.capd.memory_nocache_mib|f) - - -",
     "manager_cpu_s \(.managers.capct.cpu_s|f) \(.managers.capd.cpu_s|f) - - -",
     "manager_cgroup_peak_mib \(.managers.capct.cgroup_peak_mib|f) \(.managers.capd.cgroup_peak_mib|f) - - -",
     "manager_peak_rss_mib \(.managers.capct.vmhwm_mib|f) \(.managers.capd.vmhwm_mib|f) - - -",
