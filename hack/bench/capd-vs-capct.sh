@@ -680,6 +680,12 @@ for round in $(seq "$rounds"); do
   done
 done
 manager_usage >"$QS_OUT/usage-end.json"
+# The managers' logs, for where a phase's time went (each manager's
+# current pod; one that restarted during the rounds has lost the rest).
+for provider in capct capd; do
+  kmgmt logs -n "${manager_ns[$provider]}" "deployment/$provider-controller-manager" >"$QS_OUT/$provider-manager.log" 2>&1 ||
+    log "WARNING: no log of the $provider manager"
+done
 results
 log "'MGMT_NAME=$MGMT_NAME MGMT_NETWORK=kind hack/quickstart/mgmt-cluster.sh down' removes the management cluster"
 finish
