@@ -79,8 +79,8 @@ data:
       {{- end }}
 YAML
 # CAPCT's control plane and workers, provider-id dropped, kinds swapped,
-# the node CNI configuration added. yq prints no separator before its
-# first document.
+# the node CNI configuration added, CAPCT-only fields dropped. yq prints no
+# separator before its first document.
 echo ---
 # shellcheck disable=SC2016 # $script is yq's variable, not the shell's
 cat "$parts/control-plane.yaml" "$parts/machinedeployment.yaml" "$parts/machinepool.yaml" |
@@ -101,4 +101,6 @@ cat "$parts/control-plane.yaml" "$parts/machinedeployment.yaml" "$parts/machinep
         then del(.spec.kubeadmConfigSpec.clusterConfiguration.controllerManager) else . end
     elif .kind == "KubeadmConfigTemplate" then .spec.template.spec |= node_cni
     elif .kind == "KubeadmConfig" then .spec |= node_cni
+    # DockerMachines have no port mappings: strict decoding refuses the field.
+    elif .kind == "DockerMachineTemplate" then del(.spec.template.spec.extraPortMappings)
     else . end'
