@@ -330,6 +330,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 // conditions list whole); a conflict is an error, so the pool is
 // reconciled again from what is there.
 func (r *Reconciler) write(ctx context.Context, before, pool *expinfrav1.ContainerMachinePool) error {
+	if !pool.DeletionTimestamp.IsZero() && len(pool.Finalizers) == 0 {
+		// The finalizer's removal was the last write: the pool is gone.
+		return nil
+	}
 	status := pool.Status
 	if !equality.Semantic.DeepEqual(before.ObjectMeta, pool.ObjectMeta) || !equality.Semantic.DeepEqual(before.Spec, pool.Spec) {
 		pool.Status = before.Status

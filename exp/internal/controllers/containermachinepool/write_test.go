@@ -3,6 +3,7 @@ package containermachinepool
 import (
 	"context"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -115,4 +116,24 @@ func poolClient(t *testing.T) (c client.Client, patches, statusOps *int) {
 			},
 		}).Build()
 	return c, patches, statusOps
+}
+
+// The reconcile that removed the finalizer wrote last: the pool is gone,
+// and nothing more is sent.
+func TestWriteAfterTheFinalizerWentSendsNothing(t *testing.T) {
+	c, patches, statusOps := poolClient(t)
+	pool := &expinfrav1.ContainerMachinePool{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "pool"}, pool); err != nil {
+		t.Fatal(err)
+	}
+	before := pool.DeepCopy()
+	before.Finalizers = []string{expinfrav1.MachinePoolFinalizer}
+	pool.DeletionTimestamp = &metav1.Time{Time: time.Unix(1700000000, 0)}
+	pool.Status.Replicas = 0
+	if err := (&Reconciler{Client: c}).write(context.Background(), before, pool); err != nil {
+		t.Fatal(err)
+	}
+	if *patches != 0 || *statusOps != 0 {
+		t.Fatalf("%d patches and %d status patches of a pool that is gone, want none", *patches, *statusOps)
+	}
 }
