@@ -2,12 +2,14 @@ package nodeipam_test
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -111,5 +113,69 @@ func TestRegistrationAndNodeIPAMEachOwnTheirNodeFields(t *testing.T) {
 	}
 	if node.ResourceVersion != before {
 		t.Fatalf("a second pass wrote the Node: resourceVersion %s, was %s", node.ResourceVersion, before)
+	}
+}
+
+// The Node's apply goes through whatever the kubelet wrote since the Node
+// was read (its status, every few seconds while a node starts), and never
+// creates a Node that was deleted since, nor writes one made again under
+// the same name.
+func TestAssignNodeIsBoundToTheNodeItRead(t *testing.T) {
+	ctx := context.Background()
+	workload := apiServer.Client
+	rec := nodeipam.NewRecorder(nil, nil)
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1", UID: "uid-assign"}}
+	cidrs := []netip.Prefix{netip.MustParsePrefix("10.244.7.0/24")}
+	read := func(name string) *corev1.Node {
+		t.Helper()
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := workload.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = workload.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}) })
+		return n.DeepCopy()
+	}
+
+	// The kubelet reports its status after the read.
+	node := read("assign-changed")
+	kubelet := node.DeepCopy()
+	kubelet.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady"}}
+	if err := workload.Status().Update(ctx, kubelet); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rec.AssignNode(ctx, cluster, workload, node, cidrs); err != nil {
+		t.Fatalf("the apply after the kubelet's status update: %v", err)
+	}
+	got := &corev1.Node{}
+	if err := workload.Get(ctx, client.ObjectKey{Name: node.Name}, got); err != nil || !slices.Equal(got.Spec.PodCIDRs, []string{"10.244.7.0/24"}) {
+		t.Fatalf("Node %v (%v), want pod CIDRs 10.244.7.0/24", got.Spec.PodCIDRs, err)
+	}
+
+	// The Node is deleted after the read.
+	node = read("assign-deleted")
+	if err := workload.Delete(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rec.AssignNode(ctx, cluster, workload, node, cidrs); err == nil {
+		t.Fatal("the apply to a deleted Node succeeded")
+	}
+	if err := workload.Get(ctx, client.ObjectKey{Name: node.Name}, &corev1.Node{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the deleted Node is back: %v", err)
+	}
+
+	// A Node of the same name is made again after the read.
+	node = read("assign-recreated")
+	if err := workload.Delete(ctx, node.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	again := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node.Name}}
+	if err := workload.Create(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rec.AssignNode(ctx, cluster, workload, node, cidrs); err == nil {
+		t.Fatal("the apply to a Node made again under the same name succeeded")
+	}
+	if err := workload.Get(ctx, client.ObjectKey{Name: node.Name}, got); err != nil || len(got.Spec.PodCIDRs) != 0 {
+		t.Fatalf("the new Node has pod CIDRs %v (%v), want none", got.Spec.PodCIDRs, err)
 	}
 }

@@ -246,27 +246,35 @@ func (st *clusterState) unreported(bad []*RecordError) []*RecordError {
 
 // AssignNode sets the Node's pod CIDRs, as field manager FieldOwner, unless
 // it already has them, and returns the Node as the API server now holds
-// it. The apply carries the Node's resourceVersion so that it can never
-// create a Node that was deleted meanwhile; a conflict is retried by the
-// caller. Until the cluster's Node informer shows the CIDRs, the Recorder
-// counts them as the Node's: once the machine's record is gone, the Node
-// is what keeps them reserved.
+// it. The apply carries the Node's UID: the API server refuses an apply
+// whose UID matches no Node (a Node deleted meanwhile is never created
+// again) or another Node of the same name. It carries no resourceVersion,
+// which the kubelet changes every few seconds while a node starts: each
+// such change would fail the apply and cost the machine a retry.
+//
+// Until the cluster's Node informer shows the CIDRs, the Recorder counts
+// them as the Node's: once the machine's record is gone, the Node is what
+// keeps them reserved. They are counted from before the apply, so that no
+// allocation runs between the apply and the count; an apply that fails
+// reserves them for OverlayRecheck at most, besides the machine's record.
+// The lock is not held over the apply, so the cluster's Nodes are written
+// in parallel.
 func (r *Recorder) AssignNode(ctx context.Context, cluster *clusterv1.Cluster, workload client.Client, node *corev1.Node, cidrs []netip.Prefix) (*corev1.Node, error) {
 	want := CIDRStrings(cidrs)
 	if slices.Equal(node.Spec.PodCIDRs, want) && node.Spec.PodCIDR == want[0] {
 		return node, nil
 	}
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node.Name, ResourceVersion: node.ResourceVersion}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node.Name, UID: node.UID}}
 	n.Spec.PodCIDR = want[0]
 	n.Spec.PodCIDRs = want
 	st := r.state(cluster)
 	st.alloc.Lock()
-	defer st.alloc.Unlock()
-	if err := ssa.Apply(ctx, workload, FieldOwner, n, ssa.WithOptimisticLock()); err != nil {
+	st.nodes[node.Name] = &pending{value: strings.Join(want, ","), checked: r.now(), cached: true}
+	st.alloc.Unlock()
+	if err := ssa.Apply(ctx, workload, FieldOwner, n); err != nil {
 		allocationFailures.WithLabelValues(infrav1.FailedReason).Inc()
 		return nil, fmt.Errorf("failed to set pod CIDRs %s on Node %s: %w", strings.Join(want, ","), node.Name, err)
 	}
-	st.nodes[node.Name] = &pending{value: strings.Join(want, ","), checked: r.now(), cached: true}
 	ctrl.LoggerFrom(ctx).Info("Assigned pod CIDRs to the Node", "Node", klog.KObj(n), "PodCIDRs", strings.Join(want, ","))
 	return n, nil
 }
