@@ -330,10 +330,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 // conditions list whole); a conflict is an error, so the pool is
 // reconciled again from what is there.
 func (r *Reconciler) write(ctx context.Context, before, pool *expinfrav1.ContainerMachinePool) error {
-	if !pool.DeletionTimestamp.IsZero() && len(pool.Finalizers) == 0 {
-		// The finalizer's removal was the last write: the pool is gone.
-		return nil
-	}
 	status := pool.Status
 	if !equality.Semantic.DeepEqual(before.ObjectMeta, pool.ObjectMeta) || !equality.Semantic.DeepEqual(before.Spec, pool.Spec) {
 		pool.Status = before.Status
@@ -345,6 +341,11 @@ func (r *Reconciler) write(ctx context.Context, before, pool *expinfrav1.Contain
 		// its resourceVersion.
 		before = pool.DeepCopy()
 		pool.Status = status
+	}
+	if !pool.DeletionTimestamp.IsZero() && len(pool.Finalizers) == 0 {
+		// The patch above removed the finalizer (reconcileDelete): the pool
+		// is gone, and a status patch would only find it missing.
+		return nil
 	}
 	if equality.Semantic.DeepEqual(before.Status, pool.Status) {
 		return nil

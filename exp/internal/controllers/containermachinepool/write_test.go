@@ -3,7 +3,6 @@ package containermachinepool
 import (
 	"context"
 	"testing"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -118,22 +117,37 @@ func poolClient(t *testing.T) (c client.Client, patches, statusOps *int) {
 	return c, patches, statusOps
 }
 
-// The reconcile that removed the finalizer wrote last: the pool is gone,
-// and nothing more is sent.
-func TestWriteAfterTheFinalizerWentSendsNothing(t *testing.T) {
+// The reconcile that removes the finalizer (reconcileDelete, in memory)
+// writes it, and then nothing: the pool is gone.
+func TestWriteRemovesTheFinalizerAndNothingMore(t *testing.T) {
 	c, patches, statusOps := poolClient(t)
+	ctx := context.Background()
 	pool := &expinfrav1.ContainerMachinePool{}
-	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "pool"}, pool); err != nil {
+	key := client.ObjectKey{Namespace: "ns", Name: "pool"}
+	if err := c.Get(ctx, key, pool); err != nil {
 		t.Fatal(err)
 	}
+	pool.Finalizers = []string{expinfrav1.MachinePoolFinalizer}
+	if err := c.Update(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, key, pool); err != nil {
+		t.Fatal(err)
+	}
+	*patches = 0
 	before := pool.DeepCopy()
-	before.Finalizers = []string{expinfrav1.MachinePoolFinalizer}
-	pool.DeletionTimestamp = &metav1.Time{Time: time.Unix(1700000000, 0)}
+	pool.Finalizers = nil
 	pool.Status.Replicas = 0
-	if err := (&Reconciler{Client: c}).write(context.Background(), before, pool); err != nil {
+	if err := (&Reconciler{Client: c}).write(ctx, before, pool); err != nil {
 		t.Fatal(err)
 	}
-	if *patches != 0 || *statusOps != 0 {
-		t.Fatalf("%d patches and %d status patches of a pool that is gone, want none", *patches, *statusOps)
+	if *patches != 1 || *statusOps != 0 {
+		t.Fatalf("%d patches and %d status patches, want the finalizer's patch alone", *patches, *statusOps)
+	}
+	if err := c.Get(ctx, key, &expinfrav1.ContainerMachinePool{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the pool is still there: %v", err)
 	}
 }
