@@ -132,7 +132,9 @@ func TestAssignNodeIsBoundToTheNodeItRead(t *testing.T) {
 		if err := workload.Create(ctx, n); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = workload.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}) })
+		t.Cleanup(func() {
+			_ = workload.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		})
 		return n.DeepCopy()
 	}
 
