@@ -376,9 +376,9 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 		return fmt.Errorf("failed to set up the ClusterCache: %w", err)
 	}
 	options := controller.Options{MaxConcurrentReconciles: o.concurrency}
-	// The node IPAM lists ContainerMachines through the API reader, not the
-	// cache: a cache that has not yet seen another machine's fresh
-	// allocation would hand out the same CIDR twice.
+	// Node IPAM reads the cache, with what it wrote laid over it, and the
+	// API reader once per cluster in the manager's life: a new leader's
+	// cache may lag the previous leader's records (docs/node-ipam.md).
 	nodeIPAM := controllers.NewNodeIPAM(mgr.GetClient(), mgr.GetAPIReader())
 	if err := (&controllers.ContainerClusterReconciler{
 		Client: mgr.GetClient(), Engines: set, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM, MaxImageCopySize: o.maxImageCopySize, Policy: o.policy,

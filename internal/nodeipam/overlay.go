@@ -35,9 +35,11 @@ type pending struct {
 	// checked is when this manager wrote or read the value at the API
 	// server.
 	checked time.Time
-	// cached is true when the cache held the object as the value was
+	// cached is true when the cache held the machine as the value was
 	// written: its absence from the cache later is then its deletion, seen
 	// after the write. A record from the first list may not be cached yet.
+	// Nodes need no such flag: a Node is applied only as read from the
+	// cache, so its absence there is always its deletion.
 	cached bool
 }
 

@@ -269,7 +269,7 @@ func (r *Recorder) AssignNode(ctx context.Context, cluster *clusterv1.Cluster, w
 	n.Spec.PodCIDRs = want
 	st := r.state(cluster)
 	st.alloc.Lock()
-	st.nodes[node.Name] = &pending{value: strings.Join(want, ","), checked: r.now(), cached: true}
+	st.nodes[node.Name] = &pending{value: strings.Join(want, ","), checked: r.now()}
 	st.alloc.Unlock()
 	if err := ssa.Apply(ctx, workload, FieldOwner, n); err != nil {
 		allocationFailures.WithLabelValues(infrav1.FailedReason).Inc()
