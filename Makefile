@@ -103,6 +103,9 @@ test: ## Run every test: unit, envtest, Docker, fuzz, the node images, the whole
 .PHONY: test-go
 test-go: ## Run the Go tests, with the race detector, against a real API server and Docker engine
 	hack/ensure-docker.sh
+	@# A test-multihost killed before its end leaves its second engine and the
+	@# host's engine in the swarm it made; the engine tests need it in none.
+	hack/multihost/engine.sh down
 	hack/ensure-cgo.sh
 	@# A lifecycle test preloads images into the real node image's containerd,
 	@# and the pull tests pull from a registry built from source; built here,

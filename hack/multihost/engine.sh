@@ -17,10 +17,12 @@
 # exec roots, its socket, its namespace's interfaces and iptables, and its
 # cgroup parent. The swarm carries attachable overlay networks between the
 # two engines over the link. The host's engine is put in a swarm only when
-# it is in none, and leaves it in down only then (recorded in
-# $out/swarm-made), so a swarm this script did not make is never left; a
-# host engine already in a swarm is refused, since engine 2 could not join
-# a swarm the script knows nothing of.
+# it is in none, and leaves it in down only then, so a swarm this script did
+# not make is never left; a host engine already in a swarm is refused, since
+# engine 2 could not join a swarm the script knows nothing of. The mark of
+# the swarm up made is a label on the host's swarm node, not a file of this
+# checkout: a run killed in one clone leaves the swarm in the engine's data
+# root, and down from any other clone must still find it and leave it.
 set -euo pipefail
 
 log_name=multihost-engine
@@ -44,7 +46,7 @@ daemon_log=/var/log/capct-mh-dockerd.log
 out=${MH_OUT:-$CAPCT_ROOT/out/multihost}
 pki=$out/pki
 port=2376
-swarm_made=$out/swarm-made
+swarm_label=capct.multihost.made
 # Where the swarm takes its overlay networks' subnets from (Docker's default
 # is 10.0.0.0/8), and the subnet, outside it, of the tests' overlay network.
 addr_pool=${MH_ADDR_POOL:-10.254.64.0/18}
@@ -59,6 +61,14 @@ ns_addr=${base%.*}.$((${base##*.} + 2))
 endpoint=tcp://$ns_addr:$port
 
 engine2() { docker -H "unix://$socket" "$@"; }
+
+# swarm_made: whether the host's engine is in a swarm up made (its node
+# carries swarm_label).
+swarm_made() {
+  local id
+  id=$(docker info --format '{{.Swarm.NodeID}}')
+  [[ -n $id ]] && docker node inspect "$id" --format "{{index .Spec.Labels \"$swarm_label\"}}" 2>/dev/null | grep -qx true
+}
 
 # free_link: dies when an address or route of the link's /30 is held by
 # anything but this script's interface.
@@ -152,8 +162,8 @@ up() {
   if [[ $state == inactive ]]; then
     docker swarm init --advertise-addr "$host_addr" --listen-addr "$host_addr:2377" \
       --default-addr-pool "$addr_pool" --default-addr-pool-mask-length 24 >/dev/null
-    touch "$swarm_made"
-  elif [[ ! -e $swarm_made ]]; then
+    docker node update --label-add "$swarm_label=true" "$(docker info --format '{{.Swarm.NodeID}}')" >/dev/null
+  elif ! swarm_made; then
     die "the host's engine is already in a swarm (state $state) that engine.sh did not make; leave it first"
   fi
   if [[ $(engine2 info --format '{{.Swarm.LocalNodeState}}') == inactive ]]; then
@@ -172,12 +182,11 @@ down() {
   if engine2 info >/dev/null 2>&1; then
     engine2 swarm leave --force >/dev/null 2>&1 || true
   fi
-  if [[ -e $swarm_made ]]; then
+  if swarm_made; then
     # Only the swarm up made, and with it the bridge swarm mode added to the
     # host's engine; a bridge some container still uses stays.
     docker swarm leave --force >/dev/null 2>&1 || true
     docker network rm docker_gwbridge >/dev/null 2>&1 || true
-    rm -f "$swarm_made"
   fi
   stop_engine2
   # What a killed engine left mounted under its roots.
