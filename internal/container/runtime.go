@@ -29,6 +29,14 @@ type Runtime interface {
 	// another owner is a conflict error and stays. Deleting a missing
 	// network is not an error.
 	DeleteNetwork(ctx context.Context, name string, owner Owner) error
+	// LocalSubnets returns the subnets of every network of the engine
+	// whose scope is the engine alone (bridge, macvlan, ipvlan and the
+	// like, whoever made them; not the swarm's overlays, and host and none
+	// have none). A new overlay must not overlap them on any engine it
+	// spans: the swarm does not check it against any engine's local
+	// networks, and a node on both would not know which interface an
+	// address is behind (NetworkSpec.Avoid).
+	LocalSubnets(ctx context.Context) ([]netip.Prefix, error)
 
 	// CreateMachine creates (but does not start) the container spec.Name.
 	// It is idempotent: an existing container that the owner named by
@@ -189,8 +197,10 @@ type NetworkSpec struct {
 	Encrypted bool
 	// Avoid are subnets the network must not overlap besides the engine's
 	// own default bridge: for an overlay, the local networks of every
-	// engine it spans, such as each one's docker_gwbridge, since a node
-	// with both would not know which interface an address is behind.
+	// engine it spans, the first one's included (LocalSubnets), such as
+	// each one's docker_gwbridge and the bridges of clusters on one
+	// engine, since a node with both would not know which interface an
+	// address is behind.
 	Avoid []netip.Prefix
 }
 

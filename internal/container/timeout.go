@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"time"
 )
@@ -104,6 +105,10 @@ func (b *boundedRuntime) InspectNetwork(ctx context.Context, name string) (Netwo
 func (b *boundedRuntime) DeleteNetwork(ctx context.Context, name string, owner Owner) error {
 	_, err := call(ctx, b.gate, b.bound, noValue(func(ctx context.Context) error { return b.rt.DeleteNetwork(ctx, name, owner) }))
 	return err
+}
+
+func (b *boundedRuntime) LocalSubnets(ctx context.Context) ([]netip.Prefix, error) {
+	return call(ctx, b.gate, b.bound, b.rt.LocalSubnets)
 }
 
 func (b *boundedRuntime) CreateMachine(ctx context.Context, spec MachineSpec) (*Machine, error) {

@@ -1,6 +1,7 @@
 // Networks: EnsureNetwork creates a cluster's network on a subnet derived
 // from its name, or adopts the one there; InspectNetwork reads a network
-// back and DeleteNetwork removes one that its owner owns.
+// back, LocalSubnets lists the subnets an overlay must keep clear of, and
+// DeleteNetwork removes one that its owner owns.
 
 package docker
 
@@ -188,6 +189,37 @@ func (r *Runtime) InspectNetwork(ctx context.Context, name string) (container.Ne
 		}
 	}
 	return n, nil
+}
+
+// LocalSubnets implements container.Runtime.
+func (r *Runtime) LocalSubnets(ctx context.Context) ([]netip.Prefix, error) {
+	list, err := r.cli.NetworkList(ctx, network.ListOptions{})
+	if err != nil {
+		return nil, wrap("list", "networks", "", err)
+	}
+	return localSubnets(list), nil
+}
+
+// localSubnets returns the subnets of the networks in list that are local
+// to the engine. It reads only the name, scope and IPAM subnets, which
+// Podman's compatible API fills as Docker does (its networks are all
+// "local").
+func localSubnets(list []network.Summary) []netip.Prefix {
+	var out []netip.Prefix
+	for _, n := range list {
+		// "swarm" networks are the swarm's overlays (ingress and the
+		// clusters'), which the swarm keeps apart itself; "global" ones
+		// (an overlay of a key-value store) span engines too.
+		if n.Scope == "swarm" || n.Scope == "global" {
+			continue
+		}
+		for _, c := range n.IPAM.Config {
+			if p, err := netip.ParsePrefix(c.Subnet); err == nil {
+				out = append(out, p.Masked())
+			}
+		}
+	}
+	return out
 }
 
 // DeleteNetwork implements container.Runtime.

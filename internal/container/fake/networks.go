@@ -1,6 +1,6 @@
 // Networks: the fake's networks, on subnets derived from their names as
-// the engine backend derives them, and AddNetwork for a network that
-// someone else made.
+// the engine backend derives them, LocalSubnets of those that are not
+// overlays, and AddNetwork for a network that someone else made.
 
 package fake
 
@@ -120,6 +120,35 @@ func (r *Runtime) InspectNetwork(ctx context.Context, name string) (container.Ne
 		}
 	}
 	sort.Slice(out.Endpoints, func(i, j int) bool { return out.Endpoints[i].Name < out.Endpoints[j].Name })
+	return out, nil
+}
+
+// OpLocalSubnets names LocalSubnets for FailNext.
+const OpLocalSubnets Op = "LocalSubnets"
+
+// LocalSubnets implements container.Runtime: the subnets of the fake's
+// networks that are not overlays, sorted by network name.
+func (r *Runtime) LocalSubnets(ctx context.Context) ([]netip.Prefix, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failure(OpLocalSubnets); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(r.networks))
+	for name, n := range r.networks {
+		if !n.net.Overlay {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	var out []netip.Prefix
+	for _, name := range names {
+		for _, p := range []netip.Prefix{r.networks[name].net.IPv4Subnet, r.networks[name].net.IPv6Subnet} {
+			if p.IsValid() {
+				out = append(out, p)
+			}
+		}
+	}
 	return out, nil
 }
 

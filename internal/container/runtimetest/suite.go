@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"io"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -153,6 +154,7 @@ func RunSuite(t *testing.T, newRuntime func(t *testing.T) Runtime, image string)
 		{"EnsureNetworkWithForeignLabelsConflicts", ensureNetworkWithForeignLabelsConflicts},
 		{"OnlyAnOverlayIsEncrypted", onlyAnOverlayIsEncrypted},
 		{"DeleteNetworkOfAnotherOwnerIsRefused", deleteNetworkOfAnotherOwnerIsRefused},
+		{"LocalSubnetsShowABridgeWhileItExists", localSubnetsShowABridgeWhileItExists},
 		{"MutatingCallsOfAnotherOwnerAreRefused", mutatingCallsOfAnotherOwnerAreRefused},
 		{"ReadFileOfAnotherOwnerIsRefused", readFileOfAnotherOwnerIsRefused},
 		{"CallsOnAContainerCAPCTDidNotMakeAreRefused", callsOnAContainerCAPCTDidNotMakeAreRefused},
@@ -309,6 +311,42 @@ func deleteNetworkOfAnotherOwnerIsRefused(t *testing.T, e *Env) {
 	}
 	if _, err := e.RT.InspectNetwork(Ctx(t), e.Network.Name); err != nil {
 		t.Fatalf("the network must still be there: %v", err)
+	}
+}
+
+// localSubnetsShowABridgeWhileItExists checks what a new overlay is kept
+// clear of: a bridge network's subnet is among the engine's local subnets
+// once it is made, and no longer once it is deleted.
+func localSubnetsShowABridgeWhileItExists(t *testing.T, e *Env) {
+	ctx := Ctx(t)
+	name := e.Prefix + "-local"
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := e.RT.DeleteNetwork(ctx, name, e.Owner); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	n, err := e.RT.EnsureNetwork(ctx, container.NetworkSpec{Name: name, Owner: e.Owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := func() bool {
+		t.Helper()
+		subnets, err := e.RT.LocalSubnets(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Contains(subnets, n.IPv4Subnet)
+	}
+	if !has() {
+		t.Fatalf("the bridge %s's subnet %s is not among the engine's local subnets", name, n.IPv4Subnet)
+	}
+	if err := e.RT.DeleteNetwork(ctx, name, e.Owner); err != nil {
+		t.Fatal(err)
+	}
+	if has() {
+		t.Fatalf("the subnet %s of the deleted bridge %s is still among the engine's local subnets", n.IPv4Subnet, name)
 	}
 }
 

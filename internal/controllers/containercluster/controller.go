@@ -446,15 +446,12 @@ func (r *Reconciler) ensureNetwork(ctx context.Context, cluster *clusterv1.Clust
 	return []netip.Prefix{n.IPv4Subnet, n.IPv6Subnet}, nil
 }
 
-// gatewayBridges are the local networks every engine of a swarm has, whose
-// subnets an overlay must not overlap: the default bridge, and the bridge
-// through which containers on an overlay reach the outside.
-var gatewayBridges = []string{"bridge", "docker_gwbridge"}
-
-// localSubnets lists the subnets of the local networks of cc's engines that
-// its overlay network must not overlap. An engine only shows its own local
-// networks; the Docker runtime avoids the first engine's default bridge by
-// itself.
+// localSubnets lists the subnets of the local networks of every engine of
+// cc, the first one's included, that its new overlay network must not
+// overlap: the swarm checks an overlay against no engine's local networks,
+// and an overlay on the subnet of another cluster's bridge would send the
+// manager's requests for the cluster's load balancer address to whichever
+// container holds it on that bridge.
 func (r *Reconciler) localSubnets(ctx context.Context, cc *infrav1.ContainerCluster) ([]netip.Prefix, error) {
 	var subnets []netip.Prefix
 	for _, engine := range r.Engines.ForCluster(cc) {
@@ -462,16 +459,11 @@ func (r *Reconciler) localSubnets(ctx context.Context, cc *infrav1.ContainerClus
 		if err != nil {
 			return nil, fmt.Errorf("failed to reach engine %q of ContainerCluster %s: %w", engine, klog.KObj(cc), err)
 		}
-		for _, name := range gatewayBridges {
-			n, err := rt.InspectNetwork(ctx, name)
-			if container.IsNotFound(err) {
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("failed to read network %s of engine %q: %w", name, engine, err)
-			}
-			subnets = append(subnets, n.IPv4Subnet)
+		local, err := rt.LocalSubnets(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("failed to list the local networks of engine %q of ContainerCluster %s: %w", engine, klog.KObj(cc), err)
 		}
+		subnets = append(subnets, local...)
 	}
 	return subnets, nil
 }

@@ -247,7 +247,7 @@ func TestTheNetworkOfAClusterOnSeveralEnginesIsAnOverlay(t *testing.T) {
 	}
 	// Once made, the overlay does not need the other engines: one that is
 	// away must not stop the cluster's reconcile.
-	b.FailNext(fake.OpInspectNetwork, container.NewError("inspect", "network", "docker_gwbridge", container.KindUnreachable, errors.New("no route to host")))
+	b.FailNext(fake.OpLocalSubnets, container.NewError("list", "networks", "", container.KindUnreachable, errors.New("no route to host")))
 	if _, err := r.ensureNetwork(ctx, cluster, cc, name, container.IPv4); err != nil {
 		t.Fatalf("ensuring the existing overlay with engine b away: %v", err)
 	}
