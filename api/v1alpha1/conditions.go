@@ -60,6 +60,10 @@ const (
 	WaitingForBootstrapDataReason = "WaitingForBootstrapData"
 	// WaitingForOwnerReason: no Machine or Cluster owns the object yet.
 	WaitingForOwnerReason = "WaitingForOwner"
+	// WarmReason: a warm machine of a pool, booted and kept ready; it has
+	// no bootstrap data and no Node until its pool promotes it
+	// (WarmPoolLabel).
+	WarmReason = "Warm"
 	// ContainerMissingReason: the container disappeared out of band. CAPCT
 	// does not silently recreate it.
 	ContainerMissingReason = "ContainerMissing"

@@ -26,7 +26,27 @@ const (
 	// Cluster API makes a pool's Machines with none, so placement takes
 	// this as the Machine's spec.failureDomain (docs/machinepool.md).
 	FailureDomainAnnotation = "containermachinepool.infrastructure.cluster.x-k8s.io/failure-domain"
+
+	// PoolVersionAnnotation records on each member of a ContainerMachinePool
+	// the MachinePool's Kubernetes version it was created for: a version
+	// change makes it outdated, and a warm member, which has no Machine to
+	// carry a version, is launched with the node image of this one.
+	PoolVersionAnnotation = "containermachinepool.infrastructure.cluster.x-k8s.io/version"
+
+	// WarmPoolLabel marks a warm member of a ContainerMachinePool, whose
+	// value is the MachinePool's name as its machine-pool-name label would
+	// carry it: a container booted and kept ready without bootstrap data,
+	// and without Cluster API's machine-pool-name label, so that Cluster
+	// API makes no Machine for it. The pool promotes it when it scales out
+	// by swapping this label for the machine-pool-name label; it then
+	// joins the cluster as every member does (docs/machinepool.md).
+	WarmPoolLabel = "containermachinepool.infrastructure.cluster.x-k8s.io/warm-pool"
 )
+
+// IsWarm reports whether cm is a warm member of a pool, not yet promoted.
+func IsWarm(cm *ContainerMachine) bool {
+	return cm.Labels[WarmPoolLabel] != "" && cm.Labels[clusterv1.MachinePoolNameLabel] == ""
+}
 
 // ContainerMachineSpec is the desired state of a ContainerMachine.
 type ContainerMachineSpec struct {

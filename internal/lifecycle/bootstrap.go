@@ -93,6 +93,14 @@ func (b *Bootstrap) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result
 		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.WaitingForLaunchReason, "Waiting for the container to run")
 		return ctrl.Result{}, nil
 	}
+	if s.BootstrapDataSecretName == nil {
+		// Only a warm machine is launched before its bootstrap data exist
+		// (waitingFor); its promotion wakes it.
+		b.Runner.Release(key)
+		setCondition(cm, now, infrav1.BootstrappedCondition, metav1.ConditionFalse, infrav1.WarmReason,
+			"Booted and kept warm: the bootstrap data run when the pool promotes the machine")
+		return ctrl.Result{}, nil
+	}
 	if s.Container.State != container.StateRunning {
 		// Marks can be read from a stopped container, but an attempt
 		// cannot run in it; Launch and Liveness report the state. A run

@@ -99,15 +99,17 @@ func (l *Launch) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Result, e
 	return l.observe(s, created.Machine, now)
 }
 
-// waitingFor names what the launch still waits for, or returns "".
+// waitingFor names what the launch still waits for, or returns "". A warm
+// machine waits only for the cluster's infrastructure: it boots without a
+// Machine and bootstrap data, which it gets when its pool promotes it.
 func waitingFor(s *MachineScope) (reason, message string) {
 	switch {
-	case s.Machine == nil:
+	case s.Machine == nil && !s.Warm():
 		return infrav1.WaitingForOwnerReason, "Waiting for a Machine to own the ContainerMachine"
 	case s.ContainerCluster == nil || s.ContainerCluster.Spec.ClusterID == "" ||
 		s.Cluster.Status.Initialization.InfrastructureProvisioned == nil || !*s.Cluster.Status.Initialization.InfrastructureProvisioned:
 		return infrav1.WaitingForClusterInfrastructureReason, "Waiting for the cluster's infrastructure"
-	case s.BootstrapDataSecretName == nil:
+	case s.BootstrapDataSecretName == nil && !s.Warm():
 		return infrav1.WaitingForBootstrapDataReason, "Waiting for the bootstrap provider to write the bootstrap data"
 	}
 	return "", ""

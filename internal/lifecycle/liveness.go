@@ -54,22 +54,32 @@ func (l *Liveness) Reconcile(_ context.Context, s *MachineScope) (ctrl.Result, e
 		return l.nodeBack(s, now), nil
 	}
 	if !conditions.IsTrue(cm, infrav1.RegisteredCondition) {
+		if s.Machine == nil {
+			// A warm machine, or one its pool has just promoted: it is
+			// asked to register only once it is a Machine's.
+			return ctrl.Result{}, nil
+		}
 		return l.check(s, now, infrav1.LaunchedCondition, infrav1.RegisteredCondition, "registration",
-			durationOr(cm.Spec.Lifecycle.RegistrationTTL, DefaultRegistrationTTL))
+			durationOr(cm.Spec.Lifecycle.RegistrationTTL, DefaultRegistrationTTL), s.Machine.CreationTimestamp.Time)
 	}
 	return l.check(s, now, infrav1.RegisteredCondition, infrav1.InitializedCondition, "initialization",
-		durationOr(cm.Spec.Lifecycle.InitializationTTL, DefaultInitializationTTL))
+		durationOr(cm.Spec.Lifecycle.InitializationTTL, DefaultInitializationTTL), time.Time{})
 }
 
-// check fails the pending condition when the TTL counted from the start
-// condition turning True has passed, and otherwise asks to be called again
-// when it will have.
-func (l *Liveness) check(s *MachineScope, now time.Time, start, pending, what string, ttl time.Duration) (ctrl.Result, error) {
+// check fails the pending condition when the TTL has passed, counted from
+// the start condition turning True or from notBefore, whichever is later,
+// and otherwise asks to be called again when it will have. notBefore is
+// the Machine's creation for registration: a warm machine launched long
+// before its pool promoted it is asked to register from its promotion.
+func (l *Liveness) check(s *MachineScope, now time.Time, start, pending, what string, ttl time.Duration, notBefore time.Time) (ctrl.Result, error) {
 	cm := s.ContainerMachine
 	if !conditions.IsTrue(cm, start) {
 		return ctrl.Result{}, nil
 	}
 	elapsed, _ := since(cm, now, start)
+	if fromNotBefore := now.Sub(notBefore); !notBefore.IsZero() && fromNotBefore < elapsed {
+		elapsed = fromNotBefore
+	}
 	if elapsed < ttl {
 		return ctrl.Result{RequeueAfter: ttl - elapsed}, nil
 	}

@@ -17,15 +17,23 @@ func TestLivenessTimeouts(t *testing.T) {
 		name       string
 		ttl        *metav1.Duration
 		registered bool
-		step       time.Duration
-		wantType   string
-		wantFail   bool
+		// machineAt is when the machine's Machine was made, after the
+		// launch (a warm machine promoted then); -1 for no Machine.
+		machineAt time.Duration
+		step      time.Duration
+		wantType  string
+		wantFail  bool
 	}{
 		{name: "registration within the default TTL", step: DefaultRegistrationTTL - time.Second, wantType: infrav1.RegisteredCondition},
 		{name: "registration past the default TTL", step: DefaultRegistrationTTL, wantType: infrav1.RegisteredCondition, wantFail: true},
 		{name: "registration past a custom TTL", ttl: &metav1.Duration{Duration: time.Minute}, step: time.Minute, wantType: infrav1.RegisteredCondition, wantFail: true},
 		{name: "initialization within the TTL", registered: true, step: DefaultInitializationTTL - time.Second, wantType: infrav1.InitializedCondition},
 		{name: "initialization past the TTL", registered: true, step: DefaultInitializationTTL, wantType: infrav1.InitializedCondition, wantFail: true},
+		// A warm machine launched long before its pool promoted it is
+		// asked to register from its Machine's creation, not its launch.
+		{name: "registration of a promoted warm machine counts from its Machine", machineAt: time.Hour, step: time.Hour + DefaultRegistrationTTL - time.Second, wantType: infrav1.RegisteredCondition},
+		{name: "registration of a promoted warm machine past the TTL", machineAt: time.Hour, step: time.Hour + DefaultRegistrationTTL, wantType: infrav1.RegisteredCondition, wantFail: true},
+		{name: "a warm machine is never timed out", machineAt: -1, step: 24 * time.Hour, wantType: infrav1.RegisteredCondition},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -34,6 +42,12 @@ func TestLivenessTimeouts(t *testing.T) {
 			cm := s.ContainerMachine
 			cm.Spec.Lifecycle.RegistrationTTL = tc.ttl
 			setCondition(cm, e.clock.Now(), infrav1.LaunchedCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
+			switch {
+			case tc.machineAt < 0:
+				s.Machine = nil
+			default:
+				s.Machine.CreationTimestamp = metav1.NewTime(e.clock.Now().Add(tc.machineAt))
+			}
 			if tc.registered {
 				setCondition(cm, e.clock.Now(), infrav1.RegisteredCondition, metav1.ConditionTrue, infrav1.SucceededReason, "")
 			}
@@ -45,8 +59,12 @@ func TestLivenessTimeouts(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !tc.wantFail {
-				if res.RequeueAfter != time.Second || TerminalCondition(cm) != nil {
-					t.Fatalf("want a requeue in 1s and no failure, got %v, %v", res, TerminalCondition(cm))
+				wantRequeue := time.Second
+				if s.Machine == nil {
+					wantRequeue = 0
+				}
+				if res.RequeueAfter != wantRequeue || TerminalCondition(cm) != nil {
+					t.Fatalf("want a requeue in %s and no failure, got %v, %v", wantRequeue, res, TerminalCondition(cm))
 				}
 				return
 			}

@@ -61,6 +61,13 @@ func (r *Registration) Reconcile(ctx context.Context, s *MachineScope) (ctrl.Res
 	if c := conditions.Get(cm, infrav1.RegisteredCondition); c != nil && c.Status == metav1.ConditionFalse && terminalReasons[c.Reason] {
 		return ctrl.Result{}, nil
 	}
+	if s.Warm() {
+		// Nothing to look for: a warm machine joins no cluster until its
+		// pool promotes it, which wakes it.
+		setCondition(cm, now, infrav1.RegisteredCondition, metav1.ConditionFalse, infrav1.WarmReason,
+			"Booted and kept warm: the machine joins the cluster when the pool promotes it")
+		return ctrl.Result{}, nil
+	}
 	// A worker has nothing to register with before the control plane is up.
 	// A control-plane machine is what brings it up, so it looks at once.
 	if !s.IsControlPlane() && !conditions.IsTrue(s.Cluster, clusterv1.ClusterControlPlaneInitializedCondition) {

@@ -74,14 +74,24 @@ func (c *Claim) Role() container.Role {
 }
 
 // ContainerLabels are the labels of the machine's container: its owner's,
-// and its pool's.
+// and its pool's, which a warm machine carries from the start (its
+// container's labels never change), so that the pool's deletion finds it.
 func (c *Claim) ContainerLabels() map[string]string {
 	labels := c.Owner().Labels()
-	if pool := c.ContainerMachine.Labels[clusterv1.MachinePoolNameLabel]; pool != "" {
+	pool := c.ContainerMachine.Labels[clusterv1.MachinePoolNameLabel]
+	if pool == "" {
+		pool = c.ContainerMachine.Labels[infrav1.WarmPoolLabel]
+	}
+	if pool != "" {
 		labels[container.LabelPool] = pool
 	}
 	return labels
 }
+
+// Warm reports whether the machine is a pool's warm machine, not yet
+// promoted (infrav1.WarmPoolLabel): it is launched without a Machine or
+// bootstrap data, and goes no further until its pool promotes it.
+func (c *Claim) Warm() bool { return infrav1.IsWarm(c.ContainerMachine) }
 
 // InvalidSpecError is input that can never succeed, such as an unparseable
 // version; retrying will not help, so callers stop retrying.

@@ -268,6 +268,17 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			p.Spec.Strategy = expinfrav1.RollingUpdate{MaxSurge: ptr.To(intstr.FromInt32(0)), MaxUnavailable: ptr.To(intstr.FromInt32(0))}
 			return p
 		}, wantField: "spec.strategy"},
+		{name: "pool with a warm pool and host ports", obj: func(n string) client.Object {
+			p := validPool(n)
+			p.Spec.WarmPool.Size = 2
+			p.Spec.Template.ExtraPortMappings = []infrav1.PortMapping{{HostPort: 30080, ContainerPort: 30080}}
+			return p
+		}, wantField: "warmPool cannot be used with template.extraPortMappings"},
+		{name: "pool with a warm pool over its bound", obj: func(n string) client.Object {
+			p := validPool(n)
+			p.Spec.WarmPool.Size = 101
+			return p
+		}, wantField: "spec.warmPool.size"},
 		{name: "pool providerIDList with an empty entry", obj: func(n string) client.Object {
 			p := validPool(n)
 			p.Spec.ProviderIDList = []string{""}

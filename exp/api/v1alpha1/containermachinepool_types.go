@@ -14,6 +14,7 @@ import (
 const MachinePoolFinalizer = "containermachinepool.infrastructure.cluster.x-k8s.io"
 
 // ContainerMachinePoolSpec is the desired state of a ContainerMachinePool.
+// +kubebuilder:validation:XValidation:rule="!has(self.warmPool) || !has(self.warmPool.size) || self.warmPool.size == 0 || !has(self.template.extraPortMappings) || size(self.template.extraPortMappings) == 0",message="warmPool cannot be used with template.extraPortMappings: one host port serves one container per engine, and warm machines would publish the members' ports"
 type ContainerMachinePoolSpec struct {
 	// template is the spec of every ContainerMachine of the pool. Changing
 	// its image replaces the machines according to strategy.
@@ -24,6 +25,11 @@ type ContainerMachinePoolSpec struct {
 	// strategy bounds how a rolling replacement proceeds.
 	// +optional
 	Strategy RollingUpdate `json:"strategy,omitempty,omitzero"`
+
+	// warmPool keeps machines booted ahead of a scale-out, as cloud
+	// auto-scaling groups' warm pools do.
+	// +optional
+	WarmPool WarmPool `json:"warmPool,omitempty,omitzero"`
 
 	// providerID identifies the pool as a whole.
 	// +optional
@@ -39,6 +45,22 @@ type ContainerMachinePoolSpec struct {
 	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=512
 	ProviderIDList []string `json:"providerIDList,omitempty"`
+}
+
+// WarmPool is how many machines a pool keeps booted and not joined.
+type WarmPool struct {
+	// size is how many warm machines the pool keeps: containers created
+	// from the template and booted (systemd and containerd up), with no
+	// bootstrap data, no Machine and no Node. A scale-out takes warm
+	// machines first and joins them, which skips the container's creation
+	// and boot; the pool makes new warm machines once every member is
+	// Ready again, so that warming never competes with a scale-out for
+	// the host. They count against the engines' and namespaces' machine
+	// limits like every machine. 0, the default, keeps none.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	Size int32 `json:"size,omitempty"`
 }
 
 // RollingUpdate bounds a rolling replacement of a pool's machines.
@@ -78,6 +100,11 @@ type ContainerMachinePoolStatus struct {
 	// replicas is the number of machines of the pool.
 	// +optional
 	Replicas int32 `json:"replicas"`
+
+	// warmReplicas is the number of warm machines whose container runs,
+	// ready to join the pool (spec.warmPool).
+	// +optional
+	WarmReplicas int32 `json:"warmReplicas,omitempty"`
 
 	// infrastructureMachineKind tells Cluster API that the pool's machines are
 	// ContainerMachines (MachinePool Machines).
@@ -149,6 +176,7 @@ type ContainerMachinePoolInstance struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Cluster",type="string",JSONPath=".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",description="Cluster"
 // +kubebuilder:printcolumn:name="Replicas",type="integer",JSONPath=".status.replicas"
+// +kubebuilder:printcolumn:name="Warm",type="integer",JSONPath=".status.warmReplicas",priority=1
 // +kubebuilder:printcolumn:name="Ready",type="boolean",JSONPath=".status.ready"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 

@@ -19,7 +19,14 @@ import (
 const (
 	phaseCreate   = "create"
 	phaseScaleOut = "scale-out"
+	// phaseScaleOutWarm is CAPCT's scale-out from a warm pool, drawn in
+	// the scale-out's chart as a line of its own (lineWarm).
+	phaseScaleOutWarm = "scale-out-warm"
 )
+
+// lineWarm is the line of CAPCT's scale-out from a warm pool in the
+// scale-out's chart.
+const lineWarm = "capct-warm"
 
 // results is the part of the bench's results.json that the charts read.
 type results struct {
@@ -38,6 +45,7 @@ type results struct {
 type medians struct {
 	CreateReadyS             *float64 `json:"create_ready_s"`
 	ScaleOutReadyS           *float64 `json:"scale_out_ready_s"`
+	WarmScaleOutReadyS       *float64 `json:"warm_scale_out_ready_s"`
 	ScaleOutWritesPerMachine *float64 `json:"scale_out_writes_per_machine"`
 }
 
@@ -69,6 +77,10 @@ func loadResults(path string) (*results, error) {
 	var r results
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("failed to parse %s: %w", path, err)
+	}
+	// The warm pool's line has its median as a scale-out's.
+	if m := r.Medians["capct"].WarmScaleOutReadyS; m != nil {
+		r.Medians[lineWarm] = medians{ScaleOutReadyS: m}
 	}
 	return &r, nil
 }
@@ -109,7 +121,10 @@ type sample struct {
 	running, registered, ready int
 }
 
-// series is the polls of one phase of one provider in one round.
+// series is the polls of one phase of one provider in one round. provider
+// and phase are the line's and the chart's: CAPCT's scale-out from a warm
+// pool is the line lineWarm of the scale-out's chart, whose record is
+// phaseScaleOutWarm's (recordPhase).
 type series struct {
 	provider string
 	round    int
@@ -117,7 +132,15 @@ type series struct {
 	samples  []sample
 }
 
-var seriesName = regexp.MustCompile(`^([a-z][a-z0-9]*)-b([0-9]+)-(` + phaseCreate + `|` + phaseScaleOut + `)-series\.tsv$`)
+// record is the provider and phase of the series' record in the results.
+func (s series) record() (provider, phase string) {
+	if s.provider == lineWarm {
+		return "capct", phaseScaleOutWarm
+	}
+	return s.provider, s.phase
+}
+
+var seriesName = regexp.MustCompile(`^([a-z][a-z0-9]*)-b([0-9]+)-(` + phaseCreate + `|` + phaseScaleOut + `|` + phaseScaleOutWarm + `)-series\.tsv$`)
 
 // parseSeriesName splits a series file's name,
 // <provider>-b<round>-<phase>-series.tsv, as the bench script writes it.
@@ -240,6 +263,9 @@ func loadSeries(dir string, res *results) ([]series, error) {
 		_ = f.Close() // read only: a failed close loses nothing
 		if err != nil {
 			return nil, fmt.Errorf("failed to parse %s: %w", path, err)
+		}
+		if provider == "capct" && phase == phaseScaleOutWarm {
+			provider, phase = lineWarm, phaseScaleOut
 		}
 		all = append(all, series{provider: provider, round: round, phase: phase, samples: samples})
 	}

@@ -18,6 +18,7 @@ func TestParseSeriesName(t *testing.T) {
 		{"capct-b1-create-series.tsv", "capct", 1, phaseCreate, true},
 		{"capd-b12-scale-out-series.tsv", "capd", 12, phaseScaleOut, true},
 		{"floor-b3-scale-out-series.tsv", "floor", 3, phaseScaleOut, true},
+		{"capct-b2-scale-out-warm-series.tsv", "capct", 2, phaseScaleOutWarm, true},
 		{"capct-b1-scale-in-series.tsv", "", 0, "", false}, // no series
 		{"capct-b0-create-series.tsv", "", 0, "", false},
 		{"capct-1-create-series.tsv", "", 0, "", false},
@@ -114,6 +115,9 @@ func TestLoadSeriesKeepsOnlyTheRunsPhases(t *testing.T) {
 		"capct create 1", "capct create 2", "capct scale-out 1", "capct scale-out 2",
 		"capd create 1", "capd create 2", "capd scale-out 1", "capd scale-out 2",
 		"floor scale-out 1", "floor scale-out 2",
+		// CAPCT's scale-out from a warm pool is a line of the scale-out's
+		// chart.
+		"capct-warm scale-out 1",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("series = %q, want %q", got, want)

@@ -265,8 +265,9 @@ func readyLegend(doc *svg, res *results, lines []series, txt phaseText) {
 // readyTime is the seconds to all Nodes Ready of the run of the series: as
 // the bench recorded it, else its last poll's.
 func readyTime(res *results, s series) float64 {
+	provider, phase := s.record()
 	for _, p := range res.Phases {
-		if p.Provider == s.provider && p.Round == s.round && p.Phase == s.phase && p.Ready != nil {
+		if p.Provider == provider && p.Round == s.round && p.Phase == phase && p.Ready != nil {
 			return *p.Ready
 		}
 	}

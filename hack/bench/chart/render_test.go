@@ -127,8 +127,9 @@ func TestRenderFixture(t *testing.T) {
 		legendEntries int
 		providers     []string
 	}{
-		// 2 rounds of CAPCT, CAPD and the floor; the legend: 3 providers, 2 rounds.
-		{scaleOutFile, 6, 6, 5, []string{"capct", "capct", "capd", "capd", "floor", "floor"}},
+		// 2 rounds of CAPCT, CAPD and the floor, and one of CAPCT from a
+		// warm pool; the legend: 4 lines, 2 rounds.
+		{scaleOutFile, 7, 7, 6, []string{"capct", "capct", "capd", "capd", "floor", "floor", lineWarm}},
 		// No floor in a create.
 		{createFile, 4, 4, 4, []string{"capct", "capct", "capd", "capd"}},
 	}

@@ -39,6 +39,8 @@ func styleOf(provider string) style {
 		return style{label: "CAPD", color: "#D55E00", dash: "10 5"}
 	case "floor":
 		return style{label: "floor", color: "#333333", dash: "1 5"}
+	case lineWarm:
+		return style{label: "CAPCT, warm pool", color: "#56B4E9", dash: "6 3"}
 	}
 	return style{label: provider, color: "#009E73", dash: "4 3 1 3"}
 }

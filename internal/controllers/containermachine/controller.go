@@ -301,10 +301,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 
 // awaitsMachine reports whether cm is a ContainerMachine that Cluster API
 // made for a Machine that does not own it yet, so that CAPCT leaves it
-// alone. Pool members are CAPCT's own, made before any Machine exists;
-// one being deleted was never launched, and goes as it is.
+// alone. Pool members and warm machines are CAPCT's own, made before any
+// Machine exists; one being deleted was never launched, and goes as it is.
 func awaitsMachine(cm *infrav1.ContainerMachine) bool {
-	if !cm.DeletionTimestamp.IsZero() || cm.Labels[clusterv1.MachinePoolNameLabel] != "" {
+	if !cm.DeletionTimestamp.IsZero() || cm.Labels[clusterv1.MachinePoolNameLabel] != "" || infrav1.IsWarm(cm) {
 		return false
 	}
 	for _, ref := range cm.OwnerReferences {
@@ -357,6 +357,12 @@ func (r *Reconciler) scope(ctx context.Context, cluster *clusterv1.Cluster, cm *
 		if name := machine.Spec.Bootstrap.DataSecretName; name != nil && *name != "" {
 			s.BootstrapDataSecretName = name
 		}
+	}
+	if infrav1.IsWarm(cm) {
+		// A warm machine has no Machine and no bootstrap data until its
+		// pool promotes it: it boots the node image of the version it was
+		// made for.
+		s.Version = cm.Annotations[infrav1.PoolVersionAnnotation]
 	}
 	if _, inPool := cm.Labels[clusterv1.MachinePoolNameLabel]; inPool && s.BootstrapDataSecretName == nil {
 		// MachinePool Machines carry no bootstrap data of their own: every

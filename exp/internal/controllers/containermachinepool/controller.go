@@ -53,7 +53,7 @@ const (
 	// VersionAnnotation records on each ContainerMachine the MachinePool's
 	// Kubernetes version it was created for, so that a version change marks
 	// it outdated.
-	VersionAnnotation = "containermachinepool.infrastructure.cluster.x-k8s.io/version"
+	VersionAnnotation = infrav1.PoolVersionAnnotation
 	// FailureDomainAnnotation records on each ContainerMachine the failure
 	// domain the pool chose for it from the MachinePool's
 	// spec.failureDomains (spreadOver), at creation. Cluster API makes a
@@ -306,7 +306,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			desired = int(ptr.Deref(mp.Spec.Replicas, 1))
 		}
 		setStatus(pool, summary{
-			desired: desired, members: s.members, cluster: cluster, deleting: !pool.DeletionTimestamp.IsZero(),
+			desired: desired, members: s.members, warm: s.warm, cluster: cluster, deleting: !pool.DeletionTimestamp.IsZero(),
 			generation: pool.Generation, machineKind: MachineKind,
 		}, r.Clock.Now())
 		if err := r.write(ctx, before, pool); err != nil {
@@ -364,6 +364,8 @@ type scope struct {
 	cluster         *clusterv1.Cluster // nil only while deleting
 	// members are the pool's machines as last read.
 	members []member
+	// warm are the pool's warm machines as last read (warm.go).
+	warm []member
 }
 
 // poolLabels select the pool's ContainerMachines and Machines, as Cluster
@@ -399,11 +401,16 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 	st := resolveStrategy(s.pool.Spec.Strategy, desired)
 	fd := newDomains(s.machinePool.Spec.FailureDomains, s.cluster)
 
+	warmSize := int(s.pool.Spec.WarmPool.Size)
+
 	members, err := r.members(ctx, r.Client, s)
 	if err != nil {
 		return err
 	}
 	s.members = members
+	if s.warm, err = r.warmMembers(ctx, r.Client, s); err != nil {
+		return err
+	}
 	if err := r.clearRemediation(ctx, members); err != nil {
 		return err
 	}
@@ -411,7 +418,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 		return err
 	}
 	p := computePlan(members, desired, st, fd)
-	if p.empty() {
+	wp := computeWarmPlan(s.warm, warmSize, p.domains, p.empty() && settled(members, desired), fd)
+	if p.empty() && wp.empty() {
 		return nil
 	}
 	// About to write: decide again on what the API server holds, not on
@@ -420,6 +428,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 		return err
 	}
 	s.members = members
+	if s.warm, err = r.warmMembers(ctx, r.APIReader, s); err != nil {
+		return err
+	}
 	p = computePlan(members, desired, st, fd)
 
 	log := ctrl.LoggerFrom(ctx)
@@ -443,7 +454,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 		}
 		p = computePlan(members, desired, st, fd)
 	}
-	for _, m := range p.delete {
+	wp = computeWarmPlan(s.warm, warmSize, p.domains, p.empty() && settled(members, desired), fd)
+	for _, m := range slices.Concat(p.delete, wp.delete) {
 		if m.byHealthCheck && m.machine != nil {
 			if err := r.markRemediating(ctx, m.machine); err != nil {
 				errs = append(errs, err)
@@ -456,14 +468,33 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 		}
 		log.Info("Deleting pool machine", "ContainerMachine", klog.KObj(m.cm), "outdated", m.outdated, "deleteRequested", m.deleteRequested(), "failed", m.failed)
 	}
-	for _, domain := range p.domains {
-		cm, err := r.createMachine(ctx, s, domain)
+	for _, m := range wp.promote {
+		cm, err := r.applyMachine(ctx, s, m.name(), m.cm.Annotations[FailureDomainAnnotation], false)
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		log.Info("Promoted warm pool machine", "ContainerMachine", klog.KObj(cm), "failureDomain", m.domain, "booted", m.booted())
+		s.members = append(s.members, member{cm: cm, domain: m.domain})
+		s.warm = slices.DeleteFunc(s.warm, func(w member) bool { return w.name() == m.name() })
+	}
+	for _, domain := range wp.cold {
+		cm, err := r.createMachine(ctx, s, domain, false)
 		if err != nil {
 			errs = append(errs, err)
 			break
 		}
 		log.Info("Created pool machine", "ContainerMachine", klog.KObj(cm), "failureDomain", domain)
 		s.members = append(s.members, member{cm: cm, domain: domain})
+	}
+	for _, domain := range wp.create {
+		cm, err := r.createMachine(ctx, s, domain, true)
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		log.Info("Created warm pool machine", "ContainerMachine", klog.KObj(cm), "failureDomain", domain)
+		s.warm = append(s.warm, member{cm: cm, domain: domain})
 	}
 	return errors.Join(errs...)
 }
@@ -620,12 +651,26 @@ func (r *Reconciler) deleteMember(ctx context.Context, m member) error {
 	return nil
 }
 
-// createMachine applies a new ContainerMachine for the pool, asking for
-// failure domain domain when it is not "".
-func (r *Reconciler) createMachine(ctx context.Context, s *scope, domain string) (*infrav1.ContainerMachine, error) {
+// createMachine applies a new ContainerMachine for the pool, a warm one
+// when warm, asking for failure domain domain when it is not "".
+func (r *Reconciler) createMachine(ctx context.Context, s *scope, domain string, warm bool) (*infrav1.ContainerMachine, error) {
 	name, err := r.freeName(ctx, s.pool)
 	if err != nil {
 		return nil, err
+	}
+	return r.applyMachine(ctx, s, name, domain, warm)
+}
+
+// applyMachine applies the pool's ContainerMachine name, in failure domain
+// domain when it is not "": a member, which Cluster API's machine-pool-name
+// label makes a Machine for, or a warm machine, which carries the warm
+// pool's label instead. Applied to a warm machine as a member, it promotes
+// it: the apply drops the warm label this field manager set, and changes
+// nothing else of a machine that is up to date.
+func (r *Reconciler) applyMachine(ctx context.Context, s *scope, name, domain string, warm bool) (*infrav1.ContainerMachine, error) {
+	poolLabel := clusterv1.MachinePoolNameLabel
+	if warm {
+		poolLabel = infrav1.WarmPoolLabel
 	}
 	cm := &infrav1.ContainerMachine{
 		TypeMeta: metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: MachineKind},
@@ -633,8 +678,8 @@ func (r *Reconciler) createMachine(ctx context.Context, s *scope, domain string)
 			Namespace: s.pool.Namespace,
 			Name:      name,
 			Labels: map[string]string{
-				clusterv1.ClusterNameLabel:     s.clusterName(),
-				clusterv1.MachinePoolNameLabel: format.MustFormatValue(s.machinePoolName),
+				clusterv1.ClusterNameLabel: s.clusterName(),
+				poolLabel:                  format.MustFormatValue(s.machinePoolName),
 			},
 			Annotations: map[string]string{VersionAnnotation: s.machinePool.Spec.Template.Spec.Version},
 			// An owner, not the controller: Cluster API's MachinePool
@@ -653,7 +698,7 @@ func (r *Reconciler) createMachine(ctx context.Context, s *scope, domain string)
 		cm.Annotations[FailureDomainAnnotation] = domain
 	}
 	if err := ssa.Apply(ctx, r.Client, FieldOwner, cm, ssa.WithCache(r.ssaCache)); err != nil {
-		return nil, fmt.Errorf("failed to create a ContainerMachine for ContainerMachinePool %s: %w", klog.KObj(s.pool), err)
+		return nil, fmt.Errorf("failed to apply ContainerMachine %s of ContainerMachinePool %s: %w", name, klog.KObj(s.pool), err)
 	}
 	return cm, nil
 }
@@ -684,9 +729,12 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	s.members = members
-	if len(members) > 0 {
+	if s.warm, err = r.warmMembers(ctx, r.APIReader, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(members)+len(s.warm) > 0 {
 		var errs []error
-		for _, m := range members {
+		for _, m := range append(slices.Clone(members), s.warm...) {
 			if err := r.deleteMember(ctx, m); err != nil {
 				errs = append(errs, err)
 			}

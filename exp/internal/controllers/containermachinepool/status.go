@@ -34,8 +34,10 @@ const (
 
 // summary is what the status of the pool is derived from.
 type summary struct {
-	desired     int
-	members     []member
+	desired int
+	members []member
+	// warm are the pool's warm machines (warm.go).
+	warm        []member
 	cluster     *clusterv1.Cluster
 	deleting    bool
 	generation  int64
@@ -79,6 +81,7 @@ func setStatus(pool *expinfrav1.ContainerMachinePool, s summary, now time.Time) 
 	}
 	pool.Status.Instances = instances
 	pool.Status.Replicas = int32(len(s.members))
+	pool.Status.WarmReplicas = int32(warmReady(s.warm))
 
 	ready := !s.deleting && len(s.members) == s.desired && provisioned == s.desired && outdated == 0 && failed == 0
 	pool.Status.Ready = ready

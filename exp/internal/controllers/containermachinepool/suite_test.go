@@ -492,11 +492,16 @@ func cmNames(s state) []string {
 // settled checks that the pool has exactly n machines, each with its Machine
 // and its running container, all provisioned, and that the pool's contract
 // fields say so.
-func (f *fixture) settled(n int) func() error {
+func (f *fixture) settled(n int) func() error { return f.settledBeside(n, 0) }
+
+// settledBeside is settled for a pool that also keeps warm warm machines,
+// whose containers carry the pool's label too.
+func (f *fixture) settledBeside(n, warm int) func() error {
 	return func() error {
 		s := f.state()
-		if len(s.cms) != n || len(s.machines) != n || len(s.containers) != n {
-			return fmt.Errorf("want %d of each, got %d ContainerMachines, %d Machines, %d containers", n, len(s.cms), len(s.machines), len(s.containers))
+		if len(s.cms) != n || len(s.machines) != n || len(s.containers) != n+warm {
+			return fmt.Errorf("want %d of each and %d warm containers, got %d ContainerMachines, %d Machines, %d containers",
+				n, warm, len(s.cms), len(s.machines), len(s.containers))
 		}
 		var ids []string
 		for _, cm := range s.cms {
