@@ -405,6 +405,7 @@ down() {
   log "$provider round $round: MachinePool $replicas->0 in $([[ -n "$end" ]] && jq -n "$end - $start | . * 10 | round / 10" || echo "-")s"
 
   [[ $provider != capd ]] || floor "$name" "$round"
+  [[ $provider != capct || -z "$end" ]] || warm_scale_out "$name" "$round"
 
   providers_available
   start=$(now)
@@ -421,6 +422,40 @@ down() {
   record "$(jq -n --arg p "$provider" --argjson r "$round" --argjson s "$start" --argjson e "$end" --arg l "$left" \
     '{provider: $p, round: $r, phase: "delete", start: $s, time: ($e - $s), leftovers: ($l | split("\n") | map(select(. != "")))}')"
   log "$provider round $round: deleted in $(jq -n "$end - $start | . * 10 | round / 10")s${left:+; LEFT: $(tr '\n' ' ' <<<"$left")}"
+}
+
+# ---- the warm pool ----
+
+# warm_scale_out NAME ROUND: CAPCT's cluster NAME, its MachinePool at 0,
+# keeps N warm machines (spec.warmPool.size), then scales 0->N: the
+# scale-out from booted containers, which docs/machinepool.md describes.
+# The warm pool is emptied before the MachinePool goes back to 0, so that
+# the pool makes no new warm machines, and the cluster is as before.
+warm_scale_out() {
+  local name=$1 round=$2 pool="$1-mp-0" start running ready times deadline
+  step "round $round: capct MachinePool 0->$replicas from $replicas warm machines"
+  kmgmt patch containermachinepool "$pool" -n default --type merge -p "{\"spec\":{\"warmPool\":{\"size\":$replicas}}}" >/dev/null
+  deadline=$((SECONDS + timeout))
+  until [[ "$(kmgmt get containermachinepool "$pool" -n default -o jsonpath='{.status.warmReplicas}')" == "$replicas" ]]; do
+    ((SECONDS < deadline)) || die "$name: not $replicas warm machines booted after ${timeout}s"
+    sleep 2
+  done
+  log "capct round $round: $replicas warm machines booted; the host settles for ${settle}s"
+  sleep "$settle"
+  start=$(now)
+  kmgmt scale machinepool "$pool" -n default --replicas="$replicas" >/dev/null
+  times=$(await_up "$name" scale-out-warm "$start" $((3 + replicas)) $((3 + replicas)))
+  read -r running ready <<<"$times"
+  record "$(jq -n --argjson r "$round" --argjson s "$start" --argjson m "$running" --argjson n "$ready" \
+    '{provider: "capct", round: $r, phase: "scale-out-warm", start: $s, running: ($m - $s), ready: ($n - $s)}')"
+  log "capct round $round: MachinePool 0->$replicas from warm machines: Machines Running in $(jq -n "$running - $start | . * 10 | round / 10")s, Nodes Ready in $(jq -n "$ready - $start | . * 10 | round / 10")s"
+  kmgmt patch containermachinepool "$pool" -n default --type merge -p '{"spec":{"warmPool":{"size":0}}}' >/dev/null
+  kmgmt scale machinepool "$pool" -n default --replicas=0 >/dev/null
+  deadline=$((SECONDS + timeout))
+  until [[ "$(container_names capct "$name")" == "${base_containers[$name]}" ]]; do
+    ((SECONDS < deadline)) || { log "WARNING: capct round $round: the warm scale-out's machines are not gone after ${timeout}s"; break; }
+    sleep 2
+  done
 }
 
 # ---- the floor ----
@@ -566,6 +601,7 @@ results() {
     (["capct", "capd", "floor"] | map(. as $p | {key: $p, value: {
         create_running_s: med($p; "create"; .running), create_ready_s: med($p; "create"; .ready),
         scale_out_running_s: med($p; "scale-out"; .running), scale_out_ready_s: med($p; "scale-out"; .ready),
+        warm_scale_out_running_s: med($p; "scale-out-warm"; .running), warm_scale_out_ready_s: med($p; "scale-out-warm"; .ready),
         scale_in_s: med($p; "scale-in"; .time), delete_s: med($p; "delete"; .time),
         scale_out_writes_per_machine: med($p; "scale-out"; .writes.total // null | if . == null then null else . / $n end),
         scale_out_writes_per_machine_without_leases: med($p; "scale-out"; .writes.without_leases // null | if . == null then null else . / $n end)
@@ -594,6 +630,8 @@ results() {
          scale_out_ready_capct_capd: ratio($m.capct.scale_out_ready_s; $m.capd.scale_out_ready_s),
          scale_out_ready_capct_floor: ratio($m.capct.scale_out_ready_s; $m.floor.scale_out_ready_s),
          scale_out_ready_capd_floor: ratio($m.capd.scale_out_ready_s; $m.floor.scale_out_ready_s),
+         warm_scale_out_ready_capct_capd: ratio($m.capct.warm_scale_out_ready_s; $m.capd.scale_out_ready_s),
+         warm_scale_out_ready_capct_floor: ratio($m.capct.warm_scale_out_ready_s; $m.floor.scale_out_ready_s),
          writes_per_machine_capct_capd: ratio($m.capct.scale_out_writes_per_machine; $m.capd.scale_out_writes_per_machine),
          writes_per_machine_without_leases_capct_capd: ratio($m.capct.scale_out_writes_per_machine_without_leases; $m.capd.scale_out_writes_per_machine_without_leases)},
        steady_writes: $steady_writes,
@@ -613,6 +651,7 @@ results() {
     "create_ready_s \(.medians.capct.create_ready_s|f) \(.medians.capd.create_ready_s|f) - \(.ratios.create_ready_capct_capd|f) -",
     "mp_0_to_\(.n)_running_s \(.medians.capct.scale_out_running_s|f) \(.medians.capd.scale_out_running_s|f) \(.medians.floor.scale_out_running_s|f) \(.ratios.scale_out_running_capct_capd|f) \(.ratios.scale_out_running_capct_floor|f)",
     "mp_0_to_\(.n)_ready_s \(.medians.capct.scale_out_ready_s|f) \(.medians.capd.scale_out_ready_s|f) \(.medians.floor.scale_out_ready_s|f) \(.ratios.scale_out_ready_capct_capd|f) \(.ratios.scale_out_ready_capct_floor|f)",
+    "mp_0_to_\(.n)_ready_warm_s \(.medians.capct.warm_scale_out_ready_s|f) - - \(.ratios.warm_scale_out_ready_capct_capd|f) \(.ratios.warm_scale_out_ready_capct_floor|f)",
     "mp_\(.n)_to_0_s \(.medians.capct.scale_in_s|f) \(.medians.capd.scale_in_s|f) - - -",
     "delete_s \(.medians.capct.delete_s|f) \(.medians.capd.delete_s|f) - - -",
     "writes_per_machine \(.medians.capct.scale_out_writes_per_machine|f) \(.medians.capd.scale_out_writes_per_machine|f) - \(.ratios.writes_per_machine_capct_capd|f) -",
