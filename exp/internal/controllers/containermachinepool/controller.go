@@ -468,6 +468,15 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 		}
 		log.Info("Deleting pool machine", "ContainerMachine", klog.KObj(m.cm), "outdated", m.outdated, "deleteRequested", m.deleteRequested(), "failed", m.failed)
 	}
+	return errors.Join(append(errs, r.grow(ctx, s, wp))...)
+}
+
+// grow promotes the warm machines wp names, creates the members no warm
+// machine was found for, then the new warm machines; each of the three
+// stops at its first failed write.
+func (r *Reconciler) grow(ctx context.Context, s *scope, wp warmPlan) error {
+	log := ctrl.LoggerFrom(ctx)
+	var errs []error
 	for _, m := range wp.promote {
 		cm, err := r.applyMachine(ctx, s, m.name(), m.cm.Annotations[FailureDomainAnnotation], false)
 		if err != nil {

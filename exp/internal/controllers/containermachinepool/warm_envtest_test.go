@@ -181,12 +181,18 @@ func TestWarmPool(t *testing.T) {
 			return errors.New("the ContainerMachinePool still exists")
 		}
 		left, err := rt.List(ctx, map[string]string{container.LabelPool: format.MustFormatValue(f.mp.Name), container.LabelNamespace: f.ns})
-		if err != nil || len(left) > 0 {
-			return fmt.Errorf("containers of the pool are left: %d (%v)", len(left), err)
+		if err != nil {
+			return err
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("%d containers of the pool are left", len(left))
 		}
 		ws, err := f.warm(ctx)
-		if err != nil || len(ws.cms) > 0 {
-			return fmt.Errorf("warm machines are left: %v (%v)", ws.names(), err)
+		if err != nil {
+			return err
+		}
+		if len(ws.cms) > 0 {
+			return fmt.Errorf("warm machines are left: %v", ws.names())
 		}
 		return nil
 	})

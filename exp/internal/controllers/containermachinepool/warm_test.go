@@ -84,10 +84,10 @@ func TestComputeWarmPlan(t *testing.T) {
 			if got := memberNames(p.promote); got != tc.promote {
 				t.Errorf("promote %s, want %s", got, tc.promote)
 			}
-			if got := fmt.Sprint(p.cold); got != tc.cold && !(len(p.cold) == 0 && tc.cold == "[]") {
+			if got := fmt.Sprint(p.cold); got != tc.cold && (len(p.cold) != 0 || tc.cold != "[]") {
 				t.Errorf("cold %q, want %q", got, tc.cold)
 			}
-			if got := fmt.Sprint(p.create); got != tc.create && !(len(p.create) == 0 && tc.create == "[]") {
+			if got := fmt.Sprint(p.create); got != tc.create && (len(p.create) != 0 || tc.create != "[]") {
 				t.Errorf("create %q, want %q", got, tc.create)
 			}
 			if got := memberNames(p.delete); got != tc.deleted {
