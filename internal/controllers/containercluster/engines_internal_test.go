@@ -214,7 +214,11 @@ func TestCheckSwarm(t *testing.T) {
 
 // TestTheNetworkOfAClusterOnSeveralEnginesIsAnOverlay ensures the network
 // of a cluster on two engines: an overlay made on the first engine, clear
-// of the local networks of both, and nothing on the second.
+// of every local network of both, and nothing on the second. Engine b
+// holds another cluster's bridge on the subnet the overlay's name derives
+// first: the swarm would not refuse it, and a node on both would not know
+// which interface an address is behind. An engine that does not answer
+// stops only the making of a new overlay.
 func TestTheNetworkOfAClusterOnSeveralEnginesIsAnOverlay(t *testing.T) {
 	ctx := context.Background()
 	a, b := fake.New(nil), fake.New(nil)
@@ -222,11 +226,19 @@ func TestTheNetworkOfAClusterOnSeveralEnginesIsAnOverlay(t *testing.T) {
 	cc := &infrav1.ContainerCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}, Spec: infrav1.ContainerClusterSpec{
 		ClusterID: "uid-1", Engines: []infrav1.ClusterEngine{{Name: "a"}, {Name: "b"}}}}
 	name := "capct-c1"
-	// Engine b's docker_gwbridge sits on the subnet the name derives
-	// first: an overlay there would leave b's nodes two routes to it.
 	first, _ := container.Subnets(name, 0)
-	b.AddNetwork(container.Network{Name: "docker_gwbridge", IPv4Subnet: first}, true)
+	b.AddNetwork(container.Network{Name: "capct-other", Labels: container.Owner{Namespace: "ns", Cluster: "other", ClusterID: "uid-2"}.Labels(),
+		IPv4Subnet: first}, true)
 	r := &Reconciler{Engines: engines.Named(map[string]container.Runtime{"a": a, "b": b})}
+
+	// Engine b away while the overlay is new: no subnet is picked blind.
+	b.FailNext(fake.OpLocalSubnets, container.NewError("list", "networks", "", container.KindUnreachable, errors.New("no route to host")))
+	if _, err := r.ensureNetwork(ctx, cluster, cc, name, container.IPv4); !container.IsUnreachable(err) {
+		t.Fatalf("want engine b's unreachability while the overlay is new, got %v", err)
+	}
+	if _, err := a.InspectNetwork(ctx, name); !container.IsNotFound(err) {
+		t.Fatalf("an overlay was made without engine b's local networks: %v", err)
+	}
 
 	subnets, err := r.ensureNetwork(ctx, cluster, cc, name, container.IPv4)
 	if err != nil {
@@ -240,7 +252,7 @@ func TestTheNetworkOfAClusterOnSeveralEnginesIsAnOverlay(t *testing.T) {
 		t.Fatalf("want an overlay, got %+v (subnets %v)", n, subnets)
 	}
 	if n.IPv4Subnet.Overlaps(first) {
-		t.Fatalf("the overlay %s overlaps engine b's docker_gwbridge %s", n.IPv4Subnet, first)
+		t.Fatalf("the overlay took %s, the subnet of engine b's bridge capct-other %s", n.IPv4Subnet, first)
 	}
 	if _, err := b.InspectNetwork(ctx, name); !container.IsNotFound(err) {
 		t.Fatalf("a network was made on the second engine too: %v", err)
@@ -248,8 +260,8 @@ func TestTheNetworkOfAClusterOnSeveralEnginesIsAnOverlay(t *testing.T) {
 	// Once made, the overlay does not need the other engines: one that is
 	// away must not stop the cluster's reconcile.
 	b.FailNext(fake.OpLocalSubnets, container.NewError("list", "networks", "", container.KindUnreachable, errors.New("no route to host")))
-	if _, err := r.ensureNetwork(ctx, cluster, cc, name, container.IPv4); err != nil {
-		t.Fatalf("ensuring the existing overlay with engine b away: %v", err)
+	if again, err := r.ensureNetwork(ctx, cluster, cc, name, container.IPv4); err != nil || again[0] != subnets[0] {
+		t.Fatalf("ensuring the existing overlay with engine b away: %v, %v", again, err)
 	}
 
 	// An Unmanaged network that is local to the first engine cannot carry
