@@ -422,15 +422,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 	if p.empty() && wp.empty() {
 		return nil
 	}
-	// About to write: decide again on what the API server holds, not on
-	// what the cache has seen so far.
-	if members, err = r.members(ctx, r.APIReader, s); err != nil {
+	if err := r.readAgain(ctx, s, warmSize); err != nil {
 		return err
 	}
-	s.members = members
-	if s.warm, err = r.warmMembers(ctx, r.APIReader, s); err != nil {
-		return err
-	}
+	members = s.members
 	p = computePlan(members, desired, st, fd)
 
 	log := ctrl.LoggerFrom(ctx)
@@ -487,25 +482,47 @@ func (r *Reconciler) grow(ctx context.Context, s *scope, wp warmPlan) error {
 		s.members = append(s.members, member{cm: cm, domain: m.domain})
 		s.warm = slices.DeleteFunc(s.warm, func(w member) bool { return w.name() == m.name() })
 	}
-	for _, domain := range wp.cold {
-		cm, err := r.createMachine(ctx, s, domain, false)
+	created, err := r.createMachines(ctx, s, wp.cold, false)
+	s.members = append(s.members, created...)
+	errs = append(errs, err)
+	created, err = r.createMachines(ctx, s, wp.create, true)
+	s.warm = append(s.warm, created...)
+	return errors.Join(append(errs, err)...)
+}
+
+// createMachines creates a member, or a warm machine when warm, in each of
+// domains, and stops at the first that fails.
+func (r *Reconciler) createMachines(ctx context.Context, s *scope, domains []string, warm bool) ([]member, error) {
+	var created []member
+	for _, domain := range domains {
+		cm, err := r.createMachine(ctx, s, domain, warm)
 		if err != nil {
-			errs = append(errs, err)
-			break
+			return created, err
 		}
-		log.Info("Created pool machine", "ContainerMachine", klog.KObj(cm), "failureDomain", domain)
-		s.members = append(s.members, member{cm: cm, domain: domain})
+		ctrl.LoggerFrom(ctx).Info("Created pool machine", "ContainerMachine", klog.KObj(cm), "failureDomain", domain, "warm", warm)
+		created = append(created, member{cm: cm, domain: domain})
 	}
-	for _, domain := range wp.create {
-		cm, err := r.createMachine(ctx, s, domain, true)
-		if err != nil {
-			errs = append(errs, err)
-			break
+	return created, nil
+}
+
+// readAgain reads the pool's members and warm machines again at the API
+// server, about to write: the decision is then taken on what the API
+// server holds, not on what the cache has seen so far. A pool that keeps
+// no warm machines and had none in the cache has none to act on (one it
+// made before its size went to 0 is deleted once the cache shows it), so
+// its warm machines are not listed again.
+func (r *Reconciler) readAgain(ctx context.Context, s *scope, warmSize int) error {
+	members, err := r.members(ctx, r.APIReader, s)
+	if err != nil {
+		return err
+	}
+	s.members = members
+	if warmSize > 0 || len(s.warm) > 0 {
+		if s.warm, err = r.warmMembers(ctx, r.APIReader, s); err != nil {
+			return err
 		}
-		log.Info("Created warm pool machine", "ContainerMachine", klog.KObj(cm), "failureDomain", domain)
-		s.warm = append(s.warm, member{cm: cm, domain: domain})
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // deleteOrphanMachines deletes the pool's Machines whose ContainerMachine is
@@ -569,12 +586,7 @@ func (r *Reconciler) members(ctx context.Context, reader client.Reader, s *scope
 		if !ownedBy(cm, s.pool) {
 			continue
 		}
-		m := member{cm: cm, machine: ownerMachine(cm, byName)}
-		if s.machinePool != nil {
-			m.outdated = outdated(cm, s.pool, s.machinePool)
-		}
-		m.failed, m.byHealthCheck = failure(cm, m.machine)
-		m.domain = memberDomain(cm)
+		m := s.judge(cm, ownerMachine(cm, byName))
 		// Cluster API's MachinePool controller makes each member's Machine
 		// from its cache: a member deleted before it has one gets a Machine
 		// no one deletes at once, a replica over maxSurge until the orphan
@@ -586,6 +598,17 @@ func (r *Reconciler) members(ctx context.Context, reader client.Reader, s *scope
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// judge makes the member of cm and its Machine (nil for none): whether it
+// is outdated, has failed, and its failure domain.
+func (s *scope) judge(cm *infrav1.ContainerMachine, machine *clusterv1.Machine) member {
+	m := member{cm: cm, machine: machine, domain: memberDomain(cm)}
+	if s.machinePool != nil {
+		m.outdated = outdated(cm, s.pool, s.machinePool)
+	}
+	m.failed, m.byHealthCheck = failure(cm, machine)
+	return m
 }
 
 func ownedBy(cm *infrav1.ContainerMachine, pool *expinfrav1.ContainerMachinePool) bool {

@@ -44,12 +44,7 @@ func (r *Reconciler) warmMembers(ctx context.Context, reader client.Reader, s *s
 		if !ownedBy(cm, s.pool) || !infrav1.IsWarm(cm) {
 			continue
 		}
-		m := member{cm: cm, domain: memberDomain(cm)}
-		if s.machinePool != nil {
-			m.outdated = outdated(cm, s.pool, s.machinePool)
-		}
-		m.failed, _ = failure(cm, nil)
-		out = append(out, m)
+		out = append(out, s.judge(cm, nil))
 	}
 	return out, nil
 }
