@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	dcontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
@@ -173,7 +174,17 @@ func TestEnsureNetworkMakesAnOverlay(t *testing.T) {
 		}
 	}
 	spec := container.NetworkSpec{Name: "capct-mh-ensure-" + suffix, Owner: owner, Overlay: true, Avoid: avoid}
-	n, err := one.EnsureNetwork(ctx, spec)
+	// The swarm allocates a new overlay's subnets a moment after creating
+	// it; EnsureNetwork says so with a transient error, and the cluster's
+	// reconcile tries again as this loop does.
+	var n container.Network
+	var err error
+	for range 50 {
+		if n, err = one.EnsureNetwork(ctx, spec); !container.IsTransient(err) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatalf("EnsureNetwork of an overlay on engine 1: %v", err)
 	}

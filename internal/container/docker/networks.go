@@ -135,6 +135,13 @@ func (r *Runtime) adoptNetwork(ctx context.Context, spec container.NetworkSpec) 
 	if err := spec.CheckAdopt(n); err != nil {
 		return container.Network{}, err
 	}
+	if n.Overlay && !n.IPv4Subnet.IsValid() && !n.IPv6Subnet.IsValid() {
+		// The swarm's allocator fills an overlay's subnets in a moment
+		// after its creation, and the engine reports none until then:
+		// handing back a network without them would place no address.
+		return container.Network{}, container.NewError("inspect", "network", spec.Name, container.KindTransient,
+			errors.New("the swarm has not allocated the overlay's subnets yet"))
+	}
 	return n, nil
 }
 
