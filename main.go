@@ -380,14 +380,15 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	// API reader once per cluster in the manager's life: a new leader's
 	// cache may lag the previous leader's records (docs/node-ipam.md).
 	nodeIPAM := controllers.NewNodeIPAM(mgr.GetClient(), mgr.GetAPIReader())
+	podNetwork := controllers.NewPodNetwork(set, mgr.GetClient())
 	if err := (&controllers.ContainerClusterReconciler{
-		Client: mgr.GetClient(), Engines: set, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM, MaxImageCopySize: o.maxImageCopySize, Policy: o.policy,
+		Client: mgr.GetClient(), Engines: set, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM, PodNetwork: podNetwork, MaxImageCopySize: o.maxImageCopySize, Policy: o.policy,
 		UnreachableEngineDeletionTimeout: o.unreachableEngineDeletion,
 	}).SetupWithManager(ctx, mgr, options); err != nil {
 		return err
 	}
 	if err := (&controllers.ContainerMachineReconciler{
-		Client: mgr.GetClient(), Engines: set, ClusterCache: clusterCache, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM,
+		Client: mgr.GetClient(), Engines: set, ClusterCache: clusterCache, WatchFilterValue: o.watchFilter, NodeIPAM: nodeIPAM, PodNetwork: podNetwork,
 		MachinePools: feature.Gates.Enabled(feature.MachinePool), HostCapacity: capacity, MaxConcurrentBootstraps: o.maxConcurrentBootstraps,
 		MaxImageCopySize: o.maxImageCopySize, UnreachableEngineDeletionTimeout: o.unreachableEngineDeletion,
 		Policy: o.policy,

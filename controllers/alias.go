@@ -37,6 +37,18 @@ func NewNodeIPAM(c client.Client, reader client.Reader) *NodeIPAM {
 	return nodeipam.NewRecorder(c, reader)
 }
 
+// PodNetwork programs the clusters' pod networks into their node
+// containers. One serves both reconcilers: the ContainerCluster controller
+// syncs each cluster's routes, and the ContainerMachine controller writes a
+// node's CNI configuration as soon as its pod CIDRs are assigned.
+type PodNetwork = podnetwork.Syncer
+
+// NewPodNetwork returns the pod network of the clusters on set's engines,
+// reading ContainerMachines through reader (the manager's cache).
+func NewPodNetwork(set engines.Set, reader client.Reader) *PodNetwork {
+	return podnetwork.NewSyncer(set, reader, nil)
+}
+
 // NewEngines returns the container engines of a manager: local, its own
 // engine, already bounded by its call timeout, and every ContainerEngine the
 // ContainerEngineReconciler connects, whose clients connect makes: the
@@ -64,6 +76,10 @@ type ContainerClusterReconciler struct {
 	// NodeIPAM is CAPCT's node IPAM; nil turns it off. With it, the
 	// controller programs each cluster's pod network into its nodes.
 	NodeIPAM *NodeIPAM
+	// PodNetwork is that pod network, shared with the
+	// ContainerMachineReconciler; nil with NodeIPAM set makes one of this
+	// reconciler's own.
+	PodNetwork *PodNetwork
 	// MaxImageCopySize bounds the load balancer's image copied to a
 	// ContainerEngine that lacks it; 0 means imagecopy.DefaultMaxSize.
 	MaxImageCopySize int64
@@ -90,7 +106,11 @@ func (r *ContainerClusterReconciler) SetupWithManager(ctx context.Context, mgr c
 	}
 	if r.NodeIPAM != nil {
 		rec.NodeIPAM = r.NodeIPAM
-		rec.PodNetwork = podnetwork.NewSyncer(r.Engines, r.Client, r.Clock)
+		syncer := r.PodNetwork
+		if syncer == nil {
+			syncer = podnetwork.NewSyncer(r.Engines, r.Client, r.Clock)
+		}
+		rec.PodNetwork = syncer
 	}
 	return rec.SetupWithManager(ctx, mgr, options)
 }
@@ -109,6 +129,10 @@ type ContainerMachineReconciler struct {
 	WatchFilterValue string
 	// NodeIPAM is CAPCT's node IPAM; nil turns it off.
 	NodeIPAM *NodeIPAM
+	// PodNetwork, the ContainerClusterReconciler's, writes a node's CNI
+	// configuration as soon as node IPAM assigned its pod CIDRs; nil leaves
+	// it to that reconciler's sync.
+	PodNetwork *PodNetwork
 	// MachinePools makes the controller watch MachinePools for their
 	// machines' bootstrap data; set it when the MachinePool gate is on.
 	MachinePools bool
@@ -147,6 +171,9 @@ func (r *ContainerMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 		UnreachableEngineDeletionTimeout: r.UnreachableEngineDeletionTimeout,
 	}
 	rec.NodeIPAM = r.NodeIPAM
+	if r.PodNetwork != nil {
+		rec.PodNetwork = r.PodNetwork
+	}
 	if r.HostCapacity != nil {
 		rec.HostCapacity = r.HostCapacity
 	}

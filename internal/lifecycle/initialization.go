@@ -3,17 +3,21 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
+	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/nodeipam"
 )
 
@@ -34,6 +38,10 @@ type Initialization struct {
 	// NodeIPAM decides and records node pod CIDRs; nil when node IPAM is
 	// off.
 	NodeIPAM *nodeipam.Recorder
+	// PodNetwork writes the node's CNI configuration as soon as its pod
+	// CIDRs are assigned; nil leaves it to the ContainerCluster
+	// controller's pod network sync alone.
+	PodNetwork NodeNetwork
 	// NodeRecheck is how soon a machine whose Node is not Ready looks again
 	// (Config.NodeRecheck).
 	NodeRecheck time.Duration
@@ -81,13 +89,21 @@ func (i *Initialization) Reconcile(ctx context.Context, s *MachineScope) (ctrl.R
 	return ctrl.Result{}, nil
 }
 
-// assignPodCIDRs asks node IPAM for the machine's pod CIDRs and sets them on
-// the Node. The PodCIDRAllocated condition, status.podCIDRs and the events
-// are this phase's; node IPAM has written only its record. A machine that
-// has to wait (exhaustion, a conflict) returns done=false without an error,
-// so that it polls instead of backing off on an error. The Node's CNI
-// configuration and the routes to it follow from the record, through the
-// ContainerCluster controller's pod network sync.
+// NodeNetwork writes one node container's CNI configuration
+// (podnetwork.Syncer.ConfigureNode).
+type NodeNetwork interface {
+	ConfigureNode(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster, rt container.Runtime, name string, owner container.Owner, cidrs []netip.Prefix) error
+}
+
+// assignPodCIDRs asks node IPAM for the machine's pod CIDRs, sets them on
+// the Node and writes the node's CNI configuration for them. The
+// PodCIDRAllocated condition, status.podCIDRs and the events are this
+// phase's; node IPAM has written only its record. A machine that has to
+// wait (exhaustion, a conflict) returns done=false without an error, so
+// that it polls instead of backing off on an error. The routes to the
+// node follow from the record, through the ContainerCluster controller's
+// pod network sync, which also writes the CNI configuration of a node
+// whose write here failed.
 func (i *Initialization) assignPodCIDRs(ctx context.Context, s *MachineScope, workload client.Client) (done bool, err error) {
 	cm := s.ContainerMachine
 	// Decided and applied on an earlier pass: the phase polls until the Node
@@ -135,9 +151,26 @@ func (i *Initialization) assignPodCIDRs(ctx context.Context, s *MachineScope, wo
 		return false, err
 	}
 	s.Node = node
+	if err := i.configureNode(ctx, s, d.CIDRs); err != nil {
+		// PodCIDRAllocated stays False, so the next pass writes it again.
+		return false, err
+	}
 	cm.Status.PodCIDRs = nodeipam.CIDRStrings(d.CIDRs)
 	setCondition(cm, now, infrav1.PodCIDRAllocatedCondition, metav1.ConditionTrue, d.Reason, d.Message)
 	return true, nil
+}
+
+// configureNode writes the node container's CNI configuration for cidrs,
+// without waiting for the cluster's pod network sync: the kubelet reports
+// the Node Ready once it is there.
+func (i *Initialization) configureNode(ctx context.Context, s *MachineScope, cidrs []netip.Prefix) error {
+	if i.PodNetwork == nil || s.Container == nil || s.Runtime == nil {
+		return nil
+	}
+	if err := i.PodNetwork.ConfigureNode(ctx, s.Cluster, s.ContainerCluster, s.Runtime, s.Container.Name, s.Owner(), cidrs); err != nil {
+		return fmt.Errorf("failed to configure the pod network of ContainerMachine %s: %w", klog.KObj(s.ContainerMachine), err)
+	}
+	return nil
 }
 
 // removeUninitializedTaint gives the Node the machine's InternalIPs when the

@@ -45,6 +45,9 @@ type Config struct {
 	// NodeIPAM decides and records node pod CIDRs; nil when node IPAM is
 	// off.
 	NodeIPAM *nodeipam.Recorder
+	// PodNetwork writes a node's CNI configuration once node IPAM assigned
+	// its pod CIDRs; nil leaves it to the cluster's pod network sync.
+	PodNetwork NodeNetwork
 	// NodeRecheck is how often a machine waiting on its Node looks again
 	// when nothing wakes it: the safety net under the workload cluster's
 	// Node events, when the controller watches them; 0 polls every 5 s.
@@ -62,7 +65,7 @@ func NewMachine(c Config) *Machine {
 		&Bootstrap{Client: c.Client, Runner: c.Bootstraps, Clock: c.Clock, Recorder: c.Recorder},
 		&Provision{},
 		&Registration{WorkloadClient: c.WorkloadClient, NodeRecheck: c.NodeRecheck, Clock: c.Clock},
-		&Initialization{WorkloadClient: c.WorkloadClient, NodeIPAM: c.NodeIPAM, NodeRecheck: c.NodeRecheck, Clock: c.Clock, Recorder: c.Recorder},
+		&Initialization{WorkloadClient: c.WorkloadClient, NodeIPAM: c.NodeIPAM, PodNetwork: c.PodNetwork, NodeRecheck: c.NodeRecheck, Clock: c.Clock, Recorder: c.Recorder},
 		&Liveness{NodeRecheck: c.NodeRecheck, Clock: c.Clock, Recorder: c.Recorder},
 	}}
 }

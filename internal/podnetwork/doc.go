@@ -11,5 +11,8 @@
 // machine that goes) and on its periodic pass, not once per machine: a
 // sync runs one command in each node where something changed and none in
 // the others, so a scale-out of N nodes costs O(N) commands per change
-// rather than O(N) per machine. See docs/node-ipam.md.
+// rather than O(N) per machine. The Initialization phase writes a new
+// node's CNI configuration itself through the same Syncer (ConfigureNode)
+// as soon as the node has its CIDRs, since the Node is Ready only once it
+// is there and a scale-out's syncs take seconds. See docs/node-ipam.md.
 package podnetwork

@@ -56,16 +56,16 @@ type clusterState struct {
 	// share it. Only the holder of sync touches it.
 	table *RouteTable
 
-	// mtu is the pods' MTU (CNIConfig), read once from the cluster's
-	// network when mtuKnown; only the holder of sync touches them.
-	mtu      int
-	mtuKnown bool
-
 	mu sync.Mutex
 	// starts counts the starts of each node container seen since the
 	// manager started; a node programmed at an older count has lost its
 	// routes and masquerade rule with its network namespace's state.
 	starts map[string]uint64
+	// mtu is the pods' MTU (CNIConfig), read once from the cluster's
+	// network when mtuKnown. Under mu, not sync: ConfigureNode reads it
+	// while a sync runs.
+	mtu      int
+	mtuKnown bool
 }
 
 // programmed is what one node container was last brought to.
@@ -298,13 +298,33 @@ func (s *Syncer) syncNode(ctx context.Context, st *clusterState, c engines.Owned
 	return p, nil
 }
 
+// ConfigureNode writes the CNI configuration of one node container of the
+// cluster for its pod CIDRs, at once. Node IPAM calls it right after it
+// assigns a Node its CIDRs (lifecycle.Initialization): the kubelet reports
+// the Node Ready only once the configuration is there, and the cluster's
+// next Sync, which would write it too, may be seconds away behind the
+// routes of every other node of a scale-out. The routes to and from the
+// node, and its masquerade rule, stay the Sync's; until they are in place
+// the node's pods reach only the node's own.
+func (s *Syncer) ConfigureNode(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster, rt container.Runtime, name string, owner container.Owner, cidrs []netip.Prefix) error {
+	mtu, err := s.podMTU(ctx, s.state(client.ObjectKeyFromObject(cluster)), cluster, cc)
+	if err != nil {
+		return err
+	}
+	return writeCNIConfig(ctx, rt, name, owner, cidrs, mtu)
+}
+
 // podMTU returns the pods' MTU for cc's nodes: the MTU of the overlay
 // network of a cluster on several engines, read from its first engine once
 // (it never changes), and 0 (ptp's default, a veth's 1500) for a cluster
-// on one engine's bridge network. The caller holds st.sync.
+// on one engine's bridge network. Two first callers may both read it; they
+// read the same.
 func (s *Syncer) podMTU(ctx context.Context, st *clusterState, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) (int, error) {
-	if st.mtuKnown || len(s.engines.ForCluster(cc)) < 2 {
-		return st.mtu, nil
+	st.mu.Lock()
+	mtu, known := st.mtu, st.mtuKnown
+	st.mu.Unlock()
+	if known || len(s.engines.ForCluster(cc)) < 2 {
+		return mtu, nil
 	}
 	rt, err := engines.FirstEngine(s.engines, cc)
 	if err != nil {
@@ -315,8 +335,10 @@ func (s *Syncer) podMTU(ctx context.Context, st *clusterState, cluster *clusterv
 	if err != nil {
 		return 0, fmt.Errorf("failed to read the MTU of network %s of Cluster %s: %w", name, klog.KObj(cluster), err)
 	}
+	st.mu.Lock()
 	st.mtu, st.mtuKnown = n.MTU, true
-	return st.mtu, nil
+	st.mu.Unlock()
+	return n.MTU, nil
 }
 
 // writeCNIConfig writes the node's CNI configuration unless it already has

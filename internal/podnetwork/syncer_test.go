@@ -351,26 +351,38 @@ func TestSyncOneSlowNodeHoldsUpNoOther(t *testing.T) {
 	}
 }
 
-// TestSyncGivesPodsTheOverlaysMTU syncs a node of a cluster on two engines,
-// whose network is an overlay: its pods get the overlay's MTU, read from
-// the cluster's first engine.
-func TestSyncGivesPodsTheOverlaysMTU(t *testing.T) {
-	e := newSyncEnv(t, "10.244.0.0/16")
-	overlay := "capct-c1-overlay"
-	e.cc.Spec.Engines = []infrav1.ClusterEngine{{Name: "a"}, {Name: "b"}}
-	e.cc.Spec.Network.Name = overlay
-	if _, err := e.rt.EnsureNetwork(e.ctx, container.NetworkSpec{Name: overlay, Owner: naming.ClusterOwner(e.cluster, e.cc), Overlay: true}); err != nil {
-		t.Fatal(err)
-	}
-	e.network = overlay
-	e.syncer = NewSyncer(engines.Named(map[string]container.Runtime{"a": e.rt, "b": fake.New(e.clock)}), e.mgmt, e.clock)
-	name := e.node("m1", "10.244.1.0/24")
-	e.sync()
-	conf, err := e.rt.ReadFile(e.ctx, name, naming.ClusterOwner(e.cluster, e.cc).ForMachine("m1"), CNIConfigPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := fmt.Sprintf(`"mtu": %d`, container.OverlayMTU); !strings.Contains(string(conf), want) {
-		t.Fatalf("the node's CNI config does not set %s:\n%s", want, conf)
+// TestPodsGetTheOverlaysMTU: the node of a cluster on two engines, whose
+// network is an overlay, gets a CNI configuration with the overlay's MTU,
+// read from the cluster's first engine, whether the cluster's sync writes
+// it or the Initialization phase does (ConfigureNode) before any sync ran.
+func TestPodsGetTheOverlaysMTU(t *testing.T) {
+	for _, writer := range []string{"Sync", "ConfigureNode"} {
+		t.Run(writer, func(t *testing.T) {
+			e := newSyncEnv(t, "10.244.0.0/16")
+			overlay := "capct-c1-overlay"
+			e.cc.Spec.Engines = []infrav1.ClusterEngine{{Name: "a"}, {Name: "b"}}
+			e.cc.Spec.Network.Name = overlay
+			if _, err := e.rt.EnsureNetwork(e.ctx, container.NetworkSpec{Name: overlay, Owner: naming.ClusterOwner(e.cluster, e.cc), Overlay: true}); err != nil {
+				t.Fatal(err)
+			}
+			e.network = overlay
+			e.syncer = NewSyncer(engines.Named(map[string]container.Runtime{"a": e.rt, "b": fake.New(e.clock)}), e.mgmt, e.clock)
+			name := e.node("m1", "10.244.1.0/24")
+			owner := naming.ClusterOwner(e.cluster, e.cc).ForMachine("m1")
+			if writer == "Sync" {
+				e.sync()
+			} else if err := e.syncer.ConfigureNode(e.ctx, e.cluster, e.cc, e.rt, name, owner, []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}); err != nil {
+				t.Fatalf("ConfigureNode: %v", err)
+			}
+			conf, err := e.rt.ReadFile(e.ctx, name, owner, CNIConfigPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{fmt.Sprintf(`"mtu": %d`, container.OverlayMTU), `"subnet": "10.244.1.0/24"`} {
+				if !strings.Contains(string(conf), want) {
+					t.Fatalf("the node's CNI config does not set %s:\n%s", want, conf)
+				}
+			}
+		})
 	}
 }

@@ -64,6 +64,10 @@ type Reconciler struct {
 	// NodeIPAM decides and records node pod CIDRs (CAPCT's node IPAM); nil
 	// turns it off.
 	NodeIPAM *nodeipam.Recorder
+	// PodNetwork writes a node's CNI configuration as soon as node IPAM
+	// assigned its pod CIDRs: the ContainerCluster controller's
+	// podnetwork.Syncer, shared. nil leaves it to that controller's sync.
+	PodNetwork lifecycle.NodeNetwork
 	// WorkloadClient overrides ClusterCache.GetClient, for tests.
 	WorkloadClient lifecycle.WorkloadClientFunc
 	// WatchFilterValue limits the controller to objects with this
@@ -149,6 +153,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		WorkloadClient:                   r.WorkloadClient,
 		Bootstraps:                       lifecycle.NewBootstrapRunner(ctx, clock.RealClock{}, r.MaxConcurrentBootstraps, r.wake),
 		NodeIPAM:                         r.NodeIPAM,
+		PodNetwork:                       r.PodNetwork,
 		NodeRecheck:                      nodeRecheck,
 		UnreachableEngineDeletionTimeout: r.UnreachableEngineDeletionTimeout,
 	}

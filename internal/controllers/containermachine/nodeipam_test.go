@@ -124,6 +124,37 @@ func TestNodeIPAMWithClusterAPI(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 }
 
+// TestANodesCNIConfigIsWrittenOnceItsCIDRsAreAssigned holds the cluster's
+// pod network sync: the kubelet reports a Node Ready only once its CNI
+// configuration is there, and the ContainerMachine controller writes it
+// right after it assigns the Node its pod CIDRs, without waiting for a
+// sync busy with the routes of every other node of a scale-out.
+func TestANodesCNIConfigIsWrittenOnceItsCIDRsAreAssigned(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	_, cluster := newCluster(t, g, ctx, "cni")
+	routes.hold(cluster)
+	_, cm := newMachine(g, ctx, cluster, "cp-0")
+	g.Eventually(func(g Gomega) {
+		get(g, ctx, cm)
+		g.Expect(conditions.IsTrue(cm, infrav1.BootstrappedCondition)).To(BeTrue())
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	name := naming.ContainerName(cluster.Namespace, cluster.Name, "cp-0")
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	g.Expect(env.Client.Create(ctx, node)).To(Succeed())
+	t.Cleanup(func() { release(ctx, node) })
+	reportNode(g, ctx, name, corev1.ConditionFalse)
+
+	g.Eventually(func(g Gomega) {
+		get(g, ctx, cm)
+		g.Expect(conditions.IsTrue(cm, infrav1.PodCIDRAllocatedCondition)).To(BeTrue(), "PodCIDRAllocated: %v", conditions.Get(cm, infrav1.PodCIDRAllocatedCondition))
+		conf, err := runtime.ReadFile(ctx, name, owned(g, ctx, name), podnetwork.CNIConfigPath)
+		g.Expect(err).NotTo(HaveOccurred(), "no CNI configuration in %s", name)
+		g.Expect(string(conf)).To(ContainSubstring(`"subnet": "` + cm.Status.PodCIDRs[0] + `"`))
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	g.Expect(routes.count(cluster)).To(BeNumerically(">", 0), "the cluster's sync never ran, so it was not what the test held")
+}
+
 // release deletes a Node and lets it go.
 func release(ctx context.Context, node *corev1.Node) {
 	_ = env.Client.Delete(ctx, node)

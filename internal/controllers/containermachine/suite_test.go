@@ -17,7 +17,6 @@ import (
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/container"
 	"github.com/capct/cluster-api-provider-container/internal/container/fake"
-	"github.com/capct/cluster-api-provider-container/internal/controllers/containercluster"
 	"github.com/capct/cluster-api-provider-container/internal/engines"
 	"github.com/capct/cluster-api-provider-container/internal/hostcapacity"
 	"github.com/capct/cluster-api-provider-container/internal/loadbalancer"
@@ -84,9 +83,9 @@ func setup(ctx context.Context) error {
 	// Nodes without waiting for a cache.
 	workload := func(context.Context, client.ObjectKey) (client.Client, error) { return env.Client, nil }
 	gate := &hostcapacity.Gate{Runtime: runtime, Limits: hostLimits, Costs: nodeCosts, Clock: gateClock}
-	routes.PodNetwork = podnetwork.NewSyncer(engines.Single(runtime), mgr.GetClient(), nil)
+	routes.Syncer = podnetwork.NewSyncer(engines.Single(runtime), mgr.GetClient(), nil)
 	return capi.SetupProviderWith(ctx, mgr, runtime, clusterCache, workload,
-		capi.ProviderOptions{HostCapacity: gate, NodeIPAM: true, PodNetwork: routes})
+		capi.ProviderOptions{HostCapacity: gate, NodeIPAM: true, PodNetwork: routes, NodeNetwork: routes})
 }
 
 // settableLimits are host limits a test changes.
@@ -107,18 +106,35 @@ func (l *settableLimits) set(v hostcapacity.Values) {
 	l.v = v
 }
 
-// countingPodNetwork is node IPAM's pod network, counting its syncs.
+// countingPodNetwork is node IPAM's pod network, counting its syncs, and
+// skipping those of the clusters a test holds.
 type countingPodNetwork struct {
-	containercluster.PodNetwork
+	*podnetwork.Syncer
 	mu    sync.Mutex
 	calls map[string]int
+	held  map[string]bool
 }
 
 func (r *countingPodNetwork) Sync(ctx context.Context, cluster *clusterv1.Cluster, cc *infrav1.ContainerCluster) error {
+	key := cluster.Namespace + "/" + cluster.Name
 	r.mu.Lock()
-	r.calls[cluster.Namespace+"/"+cluster.Name]++
+	r.calls[key]++
+	held := r.held[key]
 	r.mu.Unlock()
-	return r.PodNetwork.Sync(ctx, cluster, cc)
+	if held {
+		return nil
+	}
+	return r.Syncer.Sync(ctx, cluster, cc)
+}
+
+// hold makes the cluster's syncs do nothing.
+func (r *countingPodNetwork) hold(cluster *clusterv1.Cluster) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.held == nil {
+		r.held = map[string]bool{}
+	}
+	r.held[cluster.Namespace+"/"+cluster.Name] = true
 }
 
 func (r *countingPodNetwork) count(cluster *clusterv1.Cluster) int {

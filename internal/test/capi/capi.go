@@ -84,8 +84,12 @@ type ProviderOptions struct {
 	NodeIPAM bool
 	// PodNetwork is what the ContainerCluster controller syncs the pod
 	// network with when NodeIPAM is on; nil means a podnetwork.Syncer on
-	// rt.
+	// rt, which the ContainerMachine controller then shares.
 	PodNetwork containercluster.PodNetwork
+	// NodeNetwork writes a node's CNI configuration from the
+	// ContainerMachine controller when PodNetwork is set; nil leaves it to
+	// PodNetwork's sync.
+	NodeNetwork lifecycle.NodeNetwork
 	// EngineSecretsNamespace holds the Secrets of ContainerEngines, as the
 	// manager's own namespace does; empty fails every engine that needs
 	// one.
@@ -114,9 +118,10 @@ func SetupProviderWith(ctx context.Context, mgr ctrl.Manager, rt container.Runti
 	if opts.NodeIPAM {
 		cm.NodeIPAM = nodeipam.NewRecorder(mgr.GetClient(), mgr.GetAPIReader())
 		cc.NodeIPAM = cm.NodeIPAM
-		cc.PodNetwork = opts.PodNetwork
+		cc.PodNetwork, cm.PodNetwork = opts.PodNetwork, opts.NodeNetwork
 		if cc.PodNetwork == nil {
-			cc.PodNetwork = podnetwork.NewSyncer(set, mgr.GetClient(), nil)
+			syncer := podnetwork.NewSyncer(set, mgr.GetClient(), nil)
+			cc.PodNetwork, cm.PodNetwork = syncer, syncer
 		}
 	}
 	if err := cc.SetupWithManager(ctx, mgr, Options()); err != nil {

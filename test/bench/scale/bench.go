@@ -200,15 +200,16 @@ func (b *bench) setupCAPCT(ctx context.Context, mgr ctrl.Manager) error {
 	}
 	opts := controller.Options{MaxConcurrentReconciles: 10}
 	ipam := nodeipam.NewRecorder(mgr.GetClient(), mgr.GetAPIReader())
+	podNetwork := podnetwork.NewSyncer(engines.Single(b.rt), mgr.GetClient(), nil)
 	if err := (&containercluster.Reconciler{
 		Client: mgr.GetClient(), Engines: engines.Single(b.rt), NodeIPAM: ipam,
-		PodNetwork:        podnetwork.NewSyncer(engines.Single(b.rt), mgr.GetClient(), nil),
+		PodNetwork:        podNetwork,
 		LoadBalancerStats: capi.LoadBalancerStats(b.rt),
 	}).SetupWithManager(ctx, mgr, opts); err != nil {
 		return err
 	}
 	if err := (&containermachine.Reconciler{
-		Client: mgr.GetClient(), Engines: engines.Single(b.rt), ClusterCache: cc, NodeIPAM: ipam, MachinePools: true,
+		Client: mgr.GetClient(), Engines: engines.Single(b.rt), ClusterCache: cc, NodeIPAM: ipam, PodNetwork: podNetwork, MachinePools: true,
 		MaxConcurrentBootstraps: b.o.maxConcurrentBootstraps,
 	}).SetupWithManager(ctx, mgr, opts); err != nil {
 		return err
