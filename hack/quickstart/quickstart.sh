@@ -365,9 +365,17 @@ check_traffic() {
   client_node=$(kwl get pod qs-client -o jsonpath='{.spec.nodeName}')
   server_ip=$(kwl get pod qs-server -o jsonpath='{.status.podIP}')
   want="hello from qs-server on $server_node"
-  got=$(http_get "$server_ip" 8080)
-  [[ "$got" == "$want" ]] || die "pod on $client_node got '$got' from $server_ip:8080, want '$want'"
-  log "pod qs-client on $client_node -> pod qs-server $server_ip:8080 on $server_node: '$got'"
+  # A Node is Ready once its CNI configuration is written; the routes
+  # between the nodes' pod CIDRs follow with the cluster's next pod network
+  # sync, seconds later on a busy host, and a minute after an engine
+  # restart, which clears every node's routes while the Nodes still show
+  # Ready from before it.
+  until got=$(http_get "$server_ip" 8080 2>/dev/null) && [[ "$got" == "$want" ]]; do
+    ((++tries < 40)) || die "pod on $client_node got '$got' from $server_ip:8080, want '$want'"
+    sleep 2
+  done
+  log "pod qs-client on $client_node -> pod qs-server $server_ip:8080 on $server_node: '$got' (attempt $((tries + 1)))"
+  tries=0
   # CoreDNS starts once the nodes have pod networks; the Service's rules
   # reach every node's kube-proxy a moment after the endpoints exist.
   kwl -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null

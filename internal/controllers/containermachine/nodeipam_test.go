@@ -134,6 +134,9 @@ func TestANodesCNIConfigIsWrittenOnceItsCIDRsAreAssigned(t *testing.T) {
 	ctx := context.Background()
 	_, cluster := newCluster(t, g, ctx, "cni")
 	routes.hold(cluster)
+	before := cluster.DeepCopy()
+	cluster.Spec.ClusterNetwork.Pods.CIDRBlocks = []string{"10.250.0.0/16"}
+	g.Expect(env.Client.Patch(ctx, cluster, client.MergeFrom(before))).To(Succeed())
 	_, cm := newMachine(g, ctx, cluster, "cp-0")
 	g.Eventually(func(g Gomega) {
 		get(g, ctx, cm)

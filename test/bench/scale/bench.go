@@ -14,7 +14,6 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	capicontrollers "sigs.k8s.io/cluster-api/controllers"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -52,8 +51,9 @@ write_files:
   content: success
 `
 
-// bench is one run: the API server, the manager with both providers'
-// reconcilers, the fake engine, the workload proxy and the kubelets.
+// bench is one run: the API server, CAPCT's manager, the fake engine, the
+// workload proxy and the kubelets in this process, and Cluster API's
+// process.
 type bench struct {
 	o        options
 	env      *envtest.Environment
@@ -63,6 +63,8 @@ type bench struct {
 	// direct writes the benchmark's own objects, outside the counter.
 	direct      client.Client
 	stopManager context.CancelFunc
+	// capi is Cluster API's process, nil until started.
+	capi *capiProcess
 
 	execMu sync.Mutex
 	execs  int
@@ -97,10 +99,20 @@ func newBench(ctx context.Context, o options) (*bench, error) {
 		b.stop()
 		return nil, fmt.Errorf("failed to start the manager: %w", err)
 	}
+	if err := b.capi.waitReady(ctx); err != nil {
+		b.stop()
+		return nil, err
+	}
 	return b, nil
 }
 
+// stop ends Cluster API's process (killing it if it still runs: a failed
+// or timed-out run leaves no child behind), then the manager and the API
+// server, which the child's requests need as long as it runs.
 func (b *bench) stop() {
+	if b.capi != nil {
+		b.capi.kill()
+	}
 	b.stopManager()
 	if err := b.env.Stop(); err != nil {
 		fmt.Printf("failed to stop envtest: %v\n", err)
@@ -132,51 +144,15 @@ func (b *bench) setup(ctx context.Context) error {
 	if b.proxy, err = startWorkloadProxy(ctx, b.env.Config, b.requests); err != nil {
 		return err
 	}
-	if err := b.setupClusterAPI(ctx, mgr); err != nil {
+	// Started now, it sets up while CAPCT's manager does; newBench waits
+	// for it once CAPCT's runs.
+	if b.capi, err = startClusterAPIProcess(ctx, b.env.Config); err != nil {
 		return err
 	}
 	if err := b.setupCAPCT(ctx, mgr); err != nil {
 		return err
 	}
 	return startKubelets(ctx, mgr.GetCache(), b.direct, 4)
-}
-
-// setupClusterAPI adds Cluster API's Cluster and Machine reconcilers on a
-// client and a ClusterCache of their own, with Cluster API's defaults (rate
-// limits, unstructured reads from the cache), so that their requests are
-// counted apart from CAPCT's. Their informers share the manager's cache:
-// in a management cluster they are another process's.
-func (b *bench) setupClusterAPI(ctx context.Context, mgr ctrl.Manager) error {
-	cfg := rest.CopyConfig(b.env.Config)
-	managerConfig(cfg, capiAgent, 100, 200, b.requests)
-	c, err := client.New(cfg, client.Options{Scheme: mgr.GetScheme(), Cache: &client.CacheOptions{
-		Reader: mgr.GetCache(), DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}, Unstructured: true}})
-	if err != nil {
-		return fmt.Errorf("failed to create Cluster API's client: %w", err)
-	}
-	reader, err := client.New(cfg, client.Options{Scheme: mgr.GetScheme()})
-	if err != nil {
-		return fmt.Errorf("failed to create Cluster API's reader: %w", err)
-	}
-	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
-		SecretClient: c,
-		Cache:        clustercache.CacheOptions{Indexes: []clustercache.CacheOptionsIndex{clustercache.NodeProviderIDIndex}},
-		Client: clustercache.ClientOptions{QPS: 20, Burst: 30, UserAgent: capiAgent,
-			Cache: clustercache.ClientCacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}}},
-	}, controller.Options{MaxConcurrentReconciles: 100, SkipNameValidation: ptr.To(true)})
-	if err != nil {
-		return fmt.Errorf("failed to set up Cluster API's ClusterCache: %w", err)
-	}
-	opts := controller.Options{MaxConcurrentReconciles: 10, SkipNameValidation: ptr.To(true)}
-	if err := (&capicontrollers.ClusterReconciler{Client: c, APIReader: reader, ClusterCache: cc, RemoteConnectionGracePeriod: time.Minute}).
-		SetupWithManager(ctx, mgr, opts); err != nil {
-		return fmt.Errorf("failed to set up Cluster API's Cluster controller: %w", err)
-	}
-	if err := (&capicontrollers.MachineReconciler{Client: c, APIReader: reader, ClusterCache: cc, RemoteConditionsGracePeriod: 5 * time.Minute}).
-		SetupWithManager(ctx, mgr, opts); err != nil {
-		return fmt.Errorf("failed to set up Cluster API's Machine controller: %w", err)
-	}
-	return nil
 }
 
 // setupCAPCT adds CAPCT's reconcilers as main.go does (concurrency 10, the
@@ -251,6 +227,9 @@ wait:
 		case <-ctx.Done():
 			waitErr = fmt.Errorf("failed to get %d machines Ready within -timeout %s: %w", b.o.machines, b.o.timeout, ctx.Err())
 			break wait
+		case <-b.capi.exited:
+			waitErr = fmt.Errorf("failed to get %d machines Ready: Cluster API's process exited: %w", b.o.machines, b.capi.exitErr())
+			break wait
 		case <-tick.C:
 			n, _ := prog.counts()
 			fmt.Printf("%5.0fs provisioned %d, initialized %d, ready %d, Machines Running %d of %d\n",
@@ -264,8 +243,11 @@ wait:
 			res.Seconds[name] = all[i].Seconds()
 		}
 	}
-	res.collect(b)
-	return res, waitErr
+	// Cluster API's process reports when it stops: before the manager and
+	// the API server do, and on a timeout too (its requests so far).
+	capi, stopErr := b.capi.stop(capiStopGrace)
+	res.collect(b, capi)
+	return res, errors.Join(waitErr, stopErr)
 }
 
 // create makes the clusters, then each cluster's control-plane machine,

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -59,6 +60,13 @@ func (s *memorySampler) sample() {
 	}
 }
 
+// peak is the peak HeapAlloc sampled so far.
+func (s *memorySampler) peak() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peakHeap
+}
+
 func (s *memorySampler) err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -90,7 +98,13 @@ func procStatus(field string) uint64 {
 		return 0
 	}
 	defer func() { _ = f.Close() }() // read only: closing loses nothing
-	sc := bufio.NewScanner(f)
+	return statusField(f, field)
+}
+
+// statusField returns a field of a /proc/<pid>/status file ("VmHWM:
+// 123 kB") in bytes, 0 when it is missing or not a size.
+func statusField(r io.Reader, field string) uint64 {
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		k, v, ok := strings.Cut(sc.Text(), ":")
 		if !ok || k != field {

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -32,5 +33,24 @@ func TestMemorySamplerWritesThePeakProfile(t *testing.T) {
 	off.sample()
 	if off.err() != nil || off.profiled != 0 {
 		t.Fatalf("a sampler without a path profiled: %v", off.err())
+	}
+}
+
+// statusField reads a size of /proc/<pid>/status in bytes, and 0 for a
+// field that is missing or not a size.
+func TestStatusField(t *testing.T) {
+	const status = "Name:\tbench-scale\nVmPeak:\t 2048000 kB\nVmHWM:\t  192512 kB\nVmRSS:\t  150000 kB\nThreads:\t12\n"
+	for field, want := range map[string]uint64{
+		"VmHWM":  192512 * 1024,
+		"VmRSS":  150000 * 1024,
+		"Name":   0,
+		"VmSwap": 0,
+	} {
+		if got := statusField(strings.NewReader(status), field); got != want {
+			t.Errorf("statusField(%s) = %d, want %d", field, got, want)
+		}
+	}
+	if got := procStatus("VmHWM"); got == 0 {
+		t.Errorf("procStatus(VmHWM) of this process = 0")
 	}
 }

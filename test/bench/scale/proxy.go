@@ -28,8 +28,10 @@ func clusterLabelValue(namespace, name string) string { return namespace + "." +
 // workloadProxy gives each cluster its own view of the API server: its
 // kubeconfig points at /clusters/<namespace>/<name>/ here, and lists and
 // watches of Nodes through that prefix only return the cluster's Nodes.
-// It counts the requests that the ClusterCache (Cluster API's and CAPCT's
-// access to workload clusters) makes.
+// It counts the requests that the ClusterCaches (Cluster API's and CAPCT's
+// access to workload clusters) make: CAPCT's from this process and Cluster
+// API's from its own, which reads the same kubeconfig Secrets, told apart
+// by user agent.
 type workloadProxy struct {
 	url      string
 	requests *requestCounter
@@ -93,7 +95,8 @@ func startWorkloadProxy(ctx context.Context, admin *rest.Config, requests *reque
 }
 
 // kubeconfig is the value of a Cluster's <name>-kubeconfig Secret: the
-// proxy's prefix for the cluster, no credentials (the proxy has them).
+// proxy's prefix for the cluster on loopback, no credentials (the proxy
+// has them), so that both processes' ClusterCaches go through the proxy.
 func (p *workloadProxy) kubeconfig(cluster *clusterv1.Cluster) ([]byte, error) {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["workload"] = &clientcmdapi.Cluster{Server: fmt.Sprintf("%s/clusters/%s/%s", p.url, cluster.Namespace, cluster.Name)}

@@ -16,9 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
-// capctControllers are the controller names of CAPCT's reconcilers in
-// controller-runtime's metrics; every other name is Cluster API's.
-var capctControllers = []string{"containercluster", "containermachine", "containermachinepool"}
+// capiReconcilePrefix marks Cluster API's process's controllers in
+// result.Reconciles: both processes have a ClusterCache controller of the
+// same name.
+const capiReconcilePrefix = "clusterAPI:"
 
 // result is one run, as written to scale.json.
 type result struct {
@@ -41,32 +42,52 @@ type result struct {
 	// Reached counts the machines that reached each milestone (all of
 	// them, unless the run failed).
 	Reached map[string]int `json:"reached"`
-	// Reconciles per controller (controller_runtime_reconcile_total).
+	// Reconciles per controller (controller_runtime_reconcile_total of
+	// each process): CAPCT's process's by name (its three controllers and
+	// its ClusterCache's), Cluster API's prefixed "clusterAPI:".
 	Reconciles map[string]int `json:"reconciles"`
-	// ReconcilesPerSecond over the time to all ready, CAPCT's controllers
-	// and Cluster API's.
+	// ReconcilesPerSecond over the time to all ready, CAPCT's process's
+	// controllers ("capct") and Cluster API's ("clusterAPI").
 	ReconcilesPerSecond map[string]float64 `json:"reconcilesPerSecond"`
-	// Requests are counted by a wrapping http.RoundTripper on the
-	// managers' REST configs (management cluster) and by the workload
-	// proxy (the ClusterCaches' requests to the workload clusters).
+	// Requests are counted by a wrapping http.RoundTripper on each
+	// manager's REST config (management cluster; Cluster API's process
+	// counts its own and hands the counts over when it stops) and by the
+	// workload proxy (the ClusterCaches' requests to the workload
+	// clusters).
 	Requests map[string]requestStats `json:"requests"`
 	// RequestsPerMachine are total requests per machine by source.
 	RequestsPerMachine map[string]float64 `json:"requestsPerMachine"`
 	// NodeCommands are the Execs in node containers (bootstrap and the pod
 	// network) on the fake engine.
 	NodeCommands int `json:"nodeCommands"`
-	// BaselineHeapMiB and BaselineRSSMiB are the live heap (after a
-	// collection) and the resident set once the manager runs, before the
-	// first object is created.
-	BaselineHeapMiB  float64  `json:"baselineHeapMiB"`
-	BaselineRSSMiB   float64  `json:"baselineRSSMiB"`
-	PeakHeapMiB      float64  `json:"peakHeapMiB"`
-	PeakHeapInuseMiB float64  `json:"peakHeapInuseMiB"`
-	PeakGoSysMiB     float64  `json:"peakGoSysMiB"`
-	PeakRSSMiB       float64  `json:"peakRSSMiB"`
-	RSSAtEndMiB      float64  `json:"rssAtEndMiB"`
-	Profiles         []string `json:"profiles"`
-	Error            string   `json:"error,omitempty"`
+	// The memory figures below are CAPCT's process's: its manager, with
+	// the fake engine, the simulated kubelets, the workload proxy and the
+	// driver, which a real manager does not hold, so they bound the
+	// manager's own from above. BaselineHeapMiB and BaselineRSSMiB are the
+	// live heap (after a collection) and the resident set once the manager
+	// runs, before the first object is created.
+	BaselineHeapMiB  float64 `json:"baselineHeapMiB"`
+	BaselineRSSMiB   float64 `json:"baselineRSSMiB"`
+	PeakHeapMiB      float64 `json:"peakHeapMiB"`
+	PeakHeapInuseMiB float64 `json:"peakHeapInuseMiB"`
+	PeakGoSysMiB     float64 `json:"peakGoSysMiB"`
+	PeakRSSMiB       float64 `json:"peakRSSMiB"`
+	RSSAtEndMiB      float64 `json:"rssAtEndMiB"`
+	// ClusterAPIProcess is the memory of Cluster API's process (its
+	// Cluster and Machine reconcilers, its cache and ClusterCache), which
+	// in a management cluster is another pod's; absent when the run
+	// failed before it reported.
+	ClusterAPIProcess *processMemory `json:"clusterAPIProcess,omitempty"`
+	Profiles          []string       `json:"profiles"`
+	Error             string         `json:"error,omitempty"`
+}
+
+// processMemory is another process's memory: the resident set once its
+// caches synced, and its peak heap and resident set (VmHWM).
+type processMemory struct {
+	BaselineRSSMiB float64 `json:"baselineRSSMiB"`
+	PeakHeapMiB    float64 `json:"peakHeapMiB"`
+	PeakRSSMiB     float64 `json:"peakRSSMiB"`
 }
 
 func newResult(o options) *result {
@@ -79,30 +100,20 @@ func newResult(o options) *result {
 	}
 }
 
-// collect reads the counters once the machines are done.
-func (r *result) collect(b *bench) {
-	families, err := metrics.Registry.Gather()
-	if err == nil {
-		for _, f := range families {
-			if f.GetName() != "controller_runtime_reconcile_total" {
-				continue
-			}
-			for _, m := range f.GetMetric() {
-				r.Reconciles[label(m, "controller")] += int(m.GetCounter().GetValue())
-			}
-		}
+// collect reads the counters once the machines are done; capi is Cluster
+// API's process's report, nil when it gave none.
+func (r *result) collect(b *bench, capi *childReport) {
+	var capiReconciles map[string]int
+	if capi != nil {
+		capiReconciles = capi.Reconciles
+		b.requests.merge(capi.Requests)
+		r.ClusterAPIProcess = &processMemory{BaselineRSSMiB: capi.BaselineRSSMiB, PeakHeapMiB: capi.PeakHeapMiB, PeakRSSMiB: capi.PeakRSSMiB}
 	}
-	var capct, capi int
-	for name, n := range r.Reconciles {
-		if slices.Contains(capctControllers, name) {
-			capct += n
-		} else {
-			capi += n
-		}
-	}
+	var capct, clusterAPI int
+	r.Reconciles, capct, clusterAPI = mergeReconciles(reconcileTotals(), capiReconciles)
 	if s := r.Seconds["ready"]; s > 0 {
 		r.ReconcilesPerSecond["capct"] = float64(capct) / s
-		r.ReconcilesPerSecond["clusterAPI"] = float64(capi) / s
+		r.ReconcilesPerSecond["clusterAPI"] = float64(clusterAPI) / s
 	}
 	for name, agent := range map[string]string{
 		"capct": capctAgent, "clusterAPI": capiAgent,
@@ -116,6 +127,41 @@ func (r *result) collect(b *bench) {
 	b.execMu.Lock()
 	r.NodeCommands = b.execs
 	b.execMu.Unlock()
+}
+
+// reconcileTotals is this process's controller_runtime_reconcile_total per
+// controller, from controller-runtime's registry (filled whether or not a
+// metrics server serves it).
+func reconcileTotals() map[string]int {
+	totals := map[string]int{}
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		return totals
+	}
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			totals[label(m, "controller")] += int(m.GetCounter().GetValue())
+		}
+	}
+	return totals
+}
+
+// mergeReconciles puts both processes' reconciles in one map, Cluster
+// API's prefixed, and sums each process's.
+func mergeReconciles(capct, clusterAPI map[string]int) (all map[string]int, capctSum, clusterAPISum int) {
+	all = map[string]int{}
+	for name, n := range capct {
+		all[name] += n
+		capctSum += n
+	}
+	for name, n := range clusterAPI {
+		all[capiReconcilePrefix+name] += n
+		clusterAPISum += n
+	}
+	return all, capctSum, clusterAPISum
 }
 
 func label(m *dto.Metric, name string) string {
@@ -174,17 +220,33 @@ func merge(path string, r *result) ([]*result, error) {
 }
 
 // printTable prints the runs side by side; "ms/machine" is the time to all
-// provisioned divided by the count, flat when time grows linearly.
+// provisioned divided by the count, flat when time grows linearly. The
+// memory columns are CAPCT's process's unless they say CAPI.
 func printTable(w io.Writer, all []*result) {
 	// The table only repeats scale.json for the eye: an error writing it
 	// (stdout closed) is not worth failing a finished run for.
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	_, _ = fmt.Fprintln(tw, "machines\tprovisioned s\tms/machine\tinitialized s\tready s\tRunning s\tCAPCT rec/s\tCAPCT req/machine\tCAPCT writes/machine\tworkload req/machine\tCAPI req/machine\tpeak heap MiB\tbase RSS MiB\tpeak RSS MiB\t")
+	_, _ = fmt.Fprintln(tw, "machines\tprovisioned s\tms/machine\tinitialized s\tready s\tRunning s\tCAPCT rec/s\tCAPCT req/machine\tCAPCT writes/machine\tworkload req/machine\tCAPI req/machine\tCAPCT peak heap MiB\tCAPCT base RSS MiB\tCAPCT peak RSS MiB\tCAPI peak RSS MiB\t")
 	for _, r := range all {
-		_, _ = fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t\n", r.Machines,
+		capiRSS := "-"
+		if r.ClusterAPIProcess != nil {
+			capiRSS = fmt.Sprintf("%.0f", r.ClusterAPIProcess.PeakRSSMiB)
+		}
+		_, _ = fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%s\t\n", r.Machines,
 			r.Seconds["provisioned"], 1000*r.Seconds["provisioned"]/float64(r.Machines), r.Seconds["initialized"], r.Seconds["ready"],
 			r.Seconds["machinesRunning"], r.ReconcilesPerSecond["capct"], r.RequestsPerMachine["capct"], r.RequestsPerMachine["capctWrites"],
-			r.RequestsPerMachine["capctWorkload"], r.RequestsPerMachine["clusterAPI"], r.PeakHeapMiB, r.BaselineRSSMiB, r.PeakRSSMiB)
+			r.RequestsPerMachine["capctWorkload"], r.RequestsPerMachine["clusterAPI"], r.PeakHeapMiB, r.BaselineRSSMiB, r.PeakRSSMiB, capiRSS)
 	}
 	_ = tw.Flush()
+}
+
+// printMemory says what each process's peak resident set holds, for the
+// run just finished.
+func printMemory(w io.Writer, r *result) {
+	_, _ = fmt.Fprintf(w, "peak RSS (VmHWM), %d machines: CAPCT's process %.0f MiB (its reconcilers and webhooks, with the fake engine, "+
+		"simulated kubelets, workload proxy and driver: an upper bound of the manager's own)", r.Machines, r.PeakRSSMiB)
+	if c := r.ClusterAPIProcess; c != nil {
+		_, _ = fmt.Fprintf(w, "; Cluster API's process %.0f MiB (its Cluster and Machine reconcilers, cache and ClusterCache; another pod in a management cluster)", c.PeakRSSMiB)
+	}
+	_, _ = fmt.Fprintln(w)
 }

@@ -11,8 +11,10 @@ import (
 
 // requestCounter counts the requests of the management clients that it
 // wraps (rest.Config.Wrap), by user agent, verb and resource, so that the
-// benchmark tells CAPCT's manager from Cluster API's reconcilers, which
-// run in the same process but on a client of their own.
+// benchmark tells CAPCT's manager from Cluster API's. Each process counts
+// its own: Cluster API's hands its counts to the parent when it stops
+// (snapshot, merge), and the parent's workload proxy counts both
+// managers' requests to the workload clusters.
 type requestCounter struct {
 	mu     sync.Mutex
 	counts map[requestKey]int
@@ -73,6 +75,41 @@ func (c *requestCounter) add(prefix, agent, method string, u *url.URL) requestKe
 	c.counts[k]++
 	c.mu.Unlock()
 	return k
+}
+
+// requestRecord is one key's counts, as Cluster API's process hands them
+// to the parent.
+type requestRecord struct {
+	requestKey
+	Count int   `json:"count"`
+	Bytes int64 `json:"bytes"`
+}
+
+// snapshot returns every key's counts, sorted so that the report reads
+// the same from run to run.
+func (c *requestCounter) snapshot() []requestRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	recs := make([]requestRecord, 0, len(c.counts))
+	for k, n := range c.counts {
+		recs = append(recs, requestRecord{requestKey: k, Count: n, Bytes: c.bytes[k]})
+	}
+	slices.SortFunc(recs, func(a, b requestRecord) int {
+		return strings.Compare(a.Agent+" "+a.Verb+" "+a.Resource, b.Agent+" "+b.Verb+" "+b.Resource)
+	})
+	return recs
+}
+
+// merge adds another counter's records (Cluster API's process's) to c.
+func (c *requestCounter) merge(recs []requestRecord) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range recs {
+		c.counts[r.requestKey] += r.Count
+		if r.Bytes != 0 {
+			c.bytes[r.requestKey] += r.Bytes
+		}
+	}
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
