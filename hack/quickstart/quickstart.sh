@@ -518,6 +518,12 @@ down() {
   rm -f "$kubeconfig" "$QS_OUT/$cluster.yaml"
 
   step "remove what CAPCT labelled, then the management cluster $mgmt_name"
+  if ! $through; then
+    # CAPCT's manager still runs there, and would make again what is
+    # removed below: a Cluster waiting for its workers keeps its load
+    # balancer, and recreates it when it goes.
+    docker stop -t 10 "$mgmt_name" >/dev/null 2>&1 || true
+  fi
   mapfile -t ids < <(labelled_containers)
   if ((${#ids[@]} > 0)); then
     leaked=$(docker inspect -f '{{.Name}}' "${ids[@]}" | tr -d / | tr '\n' ' ')

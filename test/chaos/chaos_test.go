@@ -17,7 +17,9 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,6 +53,7 @@ type chaos struct {
 	*realcluster.Clusters
 	engine  *realcluster.Engine
 	rng     *rand.Rand
+	seed    uint64
 	maxWork time.Duration
 	control string
 	pool    string
@@ -102,6 +105,7 @@ func TestManagerKilledDuringScaleOutAndDeletion(t *testing.T) {
 		Clusters: realcluster.Connect(t, env),
 		engine:   realcluster.NewEngine(t, "the engine", ""),
 		rng:      rand.New(rand.NewPCG(seed, seed)),
+		seed:     seed,
 		maxWork:  realcluster.Seconds(t, "CHAOS_MAX_WORK", 4),
 		control:  control,
 		pool:     env.Cluster + "-mp-0",
@@ -149,7 +153,9 @@ func TestManagerKilledDuringScaleOutAndDeletion(t *testing.T) {
 		// that its kills land before it is done.
 		c.killRepeatedly(ctx, t, "deletion", total-len(c.kills), 0, max(minWork, c.maxWork/2), gone)
 		if err := c.waitClusterGone(ctx, 10*time.Minute); err != nil {
-			t.Fatal(err)
+			// CI keeps only the end of a run's output: what holds the
+			// deletion goes with the failure.
+			t.Fatalf("%v\n%s", err, c.whyNotGone(ctx))
 		}
 		deleteTook = time.Since(start)
 		t.Logf("measured: the cluster deleted in %s", deleteTook.Round(time.Second))
@@ -454,6 +460,75 @@ func (c *chaos) waitClusterGone(ctx context.Context, bound time.Duration) error 
 	return nil
 }
 
+// whyNotGone describes what holds the cluster's deletion: its
+// ContainerMachines and Machines that are still there, with the conditions
+// that say why; the manager's pods and the endpoints of its webhook, which
+// every write of a ContainerMachine (a finalizer's removal among them)
+// goes through; and the end of the leading manager's log.
+func (c *chaos) whyNotGone(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var b strings.Builder
+	if machines, err := c.ContainerMachines(ctx); err != nil {
+		fmt.Fprintf(&b, "ContainerMachines: %v\n", err)
+	} else {
+		for i := range machines {
+			m := &machines[i]
+			fmt.Fprintf(&b, "ContainerMachine %s: %s finalizers=%v %s\n", m.Name, realcluster.MachinePhase(m), m.Finalizers,
+				realcluster.ObjectState("ContainerMachine", "", m.Status.Conditions))
+		}
+	}
+	var machines clusterv1.MachineList
+	if err := c.Mgmt.List(ctx, &machines, client.InNamespace(c.Env.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: c.Env.Cluster}); err != nil {
+		fmt.Fprintf(&b, "Machines: %v\n", err)
+	}
+	for _, m := range machines.Items {
+		for _, cond := range m.Status.Conditions {
+			if cond.Type == clusterv1.DeletingCondition {
+				fmt.Fprintf(&b, "Machine %s: Deleting=%s %s: %s\n", m.Name, cond.Status, cond.Reason, cond.Message)
+			}
+		}
+	}
+	holder, why := c.leader(ctx)
+	fmt.Fprintf(&b, "leading manager pod: %q %s\n", holder, why)
+	var pods corev1.PodList
+	if err := c.Mgmt.List(ctx, &pods, client.InNamespace(managerNamespace), client.MatchingLabels{managerLabel: managerLabelVal}); err != nil {
+		fmt.Fprintf(&b, "manager pods: %v\n", err)
+	}
+	for i := range pods.Items {
+		fmt.Fprintf(&b, "manager pod %s: %s %s\n", pods.Items[i].Name, pods.Items[i].Status.Phase, realcluster.PodState(&pods.Items[i]))
+	}
+	var endpointSlices discoveryv1.EndpointSliceList
+	if err := c.Mgmt.List(ctx, &endpointSlices, client.InNamespace(managerNamespace), client.MatchingLabels{discoveryv1.LabelServiceName: webhookService}); err != nil {
+		fmt.Fprintf(&b, "webhook endpoints: %v\n", err)
+	}
+	for _, s := range endpointSlices.Items {
+		for _, e := range s.Endpoints {
+			fmt.Fprintf(&b, "webhook endpoint %v ready=%v\n", e.Addresses, ptr.Deref(e.Conditions.Ready, false))
+		}
+	}
+	if holder != "" {
+		fmt.Fprintf(&b, "last lines of %s's log:\n%s", holder, c.logTail(ctx, holder, 40))
+	}
+	return b.String()
+}
+
+// webhookService is the Service of CAPCT's webhooks (config/webhook).
+const webhookService = "capct-webhook-service"
+
+// logTail is the last n lines of the manager's log in pod.
+func (c *chaos) logTail(ctx context.Context, pod string, n int64) string {
+	cs, err := kubernetes.NewForConfig(c.MgmtConfig)
+	if err != nil {
+		return err.Error()
+	}
+	out, err := cs.CoreV1().Pods(managerNamespace).GetLogs(pod, &corev1.PodLogOptions{Container: managerContainer, TailLines: &n}).DoRaw(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	return string(out)
+}
+
 // leftovers lists what of the cluster is still there: ContainerMachines,
 // the ContainerCluster, and on the engine the containers, networks and
 // volumes CAPCT labelled for it or named after it.
@@ -510,8 +585,8 @@ func (c *chaos) report(t *testing.T, scaleTook, deleteTook time.Duration) {
 	for i, k := range c.kills {
 		fmt.Fprintf(&b, "\n  %2d  %-9s +%-5s led %-4s %s", i+1, k.phase, k.at.Round(time.Second), k.work.Round(time.Second), k.machines)
 	}
-	t.Logf("figures: %d kills (each after the new manager led for %s-%s, in the deletion up to half that), 1 engine restart; scale-out to every Node Ready %s, deletion %s; kills:%s",
-		len(c.kills), minWork, c.maxWork, scaleTook.Round(time.Second), deleteTook.Round(time.Second), b.String())
+	t.Logf("figures (CHAOS_SEED=%d): %d kills (each after the new manager led for %s-%s, in the deletion up to half that), 1 engine restart; scale-out to every Node Ready %s, deletion %s; kills:%s",
+		c.seed, len(c.kills), minWork, c.maxWork, scaleTook.Round(time.Second), deleteTook.Round(time.Second), b.String())
 	if n := realcluster.Int(t, "CHAOS_KILLS", 20); len(c.kills) < n {
 		t.Logf("%d of the %d kills landed: the work was done before the rest", len(c.kills), n)
 	}
