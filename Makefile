@@ -53,6 +53,7 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs, RBAC and webhook 
 	$(CONTROLLER_GEN) crd paths=./api/... paths=./exp/api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./internal/... paths=./exp/... output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) webhook paths=./internal/webhooks/... output:webhook:artifacts:config=config/webhook
+	hack/webhook-match-conditions.sh config/webhook/manifests.yaml
 	hack/templates.sh
 	go test ./internal/loadbalancer -run '^TestImageConfigIsRendered$$' -count=1 -update >/dev/null
 
