@@ -129,7 +129,7 @@ func installAwayWebhook(ctx context.Context, t *testing.T, ns string) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the away webhook was not called within 30s: %v", err)
+			return fmt.Errorf("the away webhook was not called within 30s: %w", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
