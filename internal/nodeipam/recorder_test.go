@@ -245,6 +245,40 @@ func TestProviderIDIsRecordedWithTheCIDRs(t *testing.T) {
 	}
 }
 
+// TestANodeGivenCIDRsBeforeItsMachineHasAProviderIDIsOneClaim: a Node
+// registers, and Initialization gives it pod CIDRs, while its machine's
+// bootstrap data still runs, before Provision sets the machine's
+// spec.providerID; the record then goes without one. Another machine's
+// rebuild must still see that Node and record as one claim (it did not:
+// make bench-capd's manager logged a PodCIDRBadRecord event for every
+// such Node, "overlaps ... held by ContainerMachine" of its own machine).
+func TestANodeGivenCIDRsBeforeItsMachineHasAProviderIDIsOneClaim(t *testing.T) {
+	e := newEnv(t, []string{"10.244.0.0/16"}, infrav1.PodCIDRAllocation{})
+	first := e.machine("m1")
+	live := first.ContainerMachine.DeepCopy()
+	live.Spec.ProviderID = ""
+	if err := e.mgmt.Update(e.ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	first.ContainerMachine = live
+	if !e.assign(first) {
+		t.Fatalf("first machine not done: %+v", cond(first))
+	}
+	if got := e.node(first.Node.Name).Spec.PodCIDRs; len(got) != 1 {
+		t.Fatalf("the first machine's Node holds pod CIDRs %v, want one", got)
+	}
+	second := e.machine("m2")
+	if !e.assign(second) {
+		t.Fatalf("second machine not done: %+v", cond(second))
+	}
+	if evs := e.events(); countPrefix(evs, "Warning "+nodeipam.EventBadRecord) != 0 {
+		t.Fatalf("a machine's own Node was reported as a conflicting record: %v", evs)
+	}
+	if a, b := e.annotation("m1"), e.annotation("m2"); a == b {
+		t.Fatalf("both machines recorded %s", a)
+	}
+}
+
 func TestMoveRebuildGivesSameAllocations(t *testing.T) {
 	e := newEnv(t, []string{"10.244.0.0/16"}, infrav1.PodCIDRAllocation{})
 	var scopes []*lifecycle.MachineScope

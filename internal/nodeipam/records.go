@@ -13,6 +13,7 @@ import (
 
 	infrav1 "github.com/capct/cluster-api-provider-container/api/v1alpha1"
 	"github.com/capct/cluster-api-provider-container/internal/ipam"
+	"github.com/capct/cluster-api-provider-container/internal/naming"
 )
 
 // Owner keys name who holds a CIDR in the allocator. Machines sort before
@@ -109,11 +110,25 @@ func sameSet(a, b []netip.Prefix) bool {
 	return true
 }
 
+// expectedProviderID is the providerID cm's Node carries: that of the
+// container CAPCT names after cm. A machine gets its spec.providerID once
+// its bootstrap data has run (lifecycle.Provision), and its Node may
+// register and be given pod CIDRs before that; "" without the cluster-name
+// label.
+func expectedProviderID(cm *infrav1.ContainerMachine) string {
+	cluster := cm.Labels[clusterv1.ClusterNameLabel]
+	if cluster == "" {
+		return ""
+	}
+	return naming.ProviderID(naming.ContainerName(cm.Namespace, cluster, cm.Name))
+}
+
 // Rebuild returns an allocator holding every pod CIDR that any of the
 // cluster's ContainerMachines (annotation, including machines being
 // deleted) or any Node (spec.podCIDRs) holds, before anything new is
 // handed out. A Node whose CIDRs are exactly those of the machine with its
-// providerID is the same record and counted once; any other Node CIDR is
+// providerID (spec.providerID, or the one its container's Node carries,
+// which may come first) is the same record and counted once; any other Node CIDR is
 // held by the Node itself, so a CIDR stays reserved until its Node is gone
 // even after the machine's record was deleted.
 //
@@ -126,31 +141,7 @@ func Rebuild(cfg ipam.Config, machines []infrav1.ContainerMachine, nodes []corev
 	if err != nil {
 		return nil, nil, err
 	}
-	type record struct {
-		obj   client.Object
-		cidrs []netip.Prefix
-	}
-	records := map[string]record{}
-	var bad []*RecordError
-	byProviderID := map[string][]netip.Prefix{}
-	for i := range machines {
-		cm := &machines[i]
-		v, ok := cm.Annotations[infrav1.PodCIDRsAnnotation]
-		if !ok {
-			continue
-		}
-		cidrs, errs := ParsePodCIDRs(v)
-		for _, e := range errs {
-			bad = append(bad, &RecordError{Owner: machineOwner(cm), Object: cm,
-				Err: fmt.Errorf("annotation %s of ContainerMachine %s/%s: %w", infrav1.PodCIDRsAnnotation, cm.Namespace, cm.Name, e)})
-		}
-		if len(cidrs) > 0 {
-			records[machineOwner(cm)] = record{obj: cm, cidrs: cidrs}
-			if cm.Spec.ProviderID != "" {
-				byProviderID[cm.Spec.ProviderID] = cidrs
-			}
-		}
-	}
+	records, byProviderID, bad := machineRecords(machines)
 	for i := range nodes {
 		n := &nodes[i]
 		raw := nodePodCIDRs(n)
@@ -177,6 +168,44 @@ func Rebuild(cfg ipam.Config, machines []infrav1.ContainerMachine, nodes []corev
 		}
 	}
 	return alloc, bad, nil
+}
+
+// record is what one owner holds: a ContainerMachine's annotation or a
+// Node's spec.podCIDRs.
+type record struct {
+	obj   client.Object
+	cidrs []netip.Prefix
+}
+
+// machineRecords reads the machines' records, keyed by owner and, for
+// matching their Nodes, by the providerIDs their Nodes may carry; records
+// that do not parse are returned as RecordErrors.
+func machineRecords(machines []infrav1.ContainerMachine) (map[string]record, map[string][]netip.Prefix, []*RecordError) {
+	records := map[string]record{}
+	byProviderID := map[string][]netip.Prefix{}
+	var bad []*RecordError
+	for i := range machines {
+		cm := &machines[i]
+		v, ok := cm.Annotations[infrav1.PodCIDRsAnnotation]
+		if !ok {
+			continue
+		}
+		cidrs, errs := ParsePodCIDRs(v)
+		for _, e := range errs {
+			bad = append(bad, &RecordError{Owner: machineOwner(cm), Object: cm,
+				Err: fmt.Errorf("annotation %s of ContainerMachine %s/%s: %w", infrav1.PodCIDRsAnnotation, cm.Namespace, cm.Name, e)})
+		}
+		if len(cidrs) == 0 {
+			continue
+		}
+		records[machineOwner(cm)] = record{obj: cm, cidrs: cidrs}
+		for _, id := range []string{cm.Spec.ProviderID, expectedProviderID(cm)} {
+			if id != "" {
+				byProviderID[id] = cidrs
+			}
+		}
+	}
+	return records, byProviderID, bad
 }
 
 // ClusterConfig returns the allocator configuration of a cluster. enabled
