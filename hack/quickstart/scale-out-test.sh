@@ -203,8 +203,11 @@ profile() {
   # port-forward ends with this script (and must not outlive it: it would
   # hold the Docker lock's descriptor).
   kmgmt -n capct-system port-forward "$pod" 16060:6060 >"$dir/port-forward.log" 2>&1 &
-  local pf=$!
-  trap 'kill "$pf" "$mem_pid" 2>/dev/null || true' EXIT
+  # Not local: the EXIT trap runs after this function has returned, and
+  # an unset variable there would end the trap before it stops the memory
+  # sampler, which then holds the Docker lock's descriptor for good.
+  port_forward_pid=$!
+  trap 'kill "${port_forward_pid:-}" "${mem_pid:-}" 2>/dev/null || true' EXIT
   local i
   for i in $(seq 30); do
     curl -sf -o /dev/null http://127.0.0.1:16060/debug/pprof/ && break
@@ -236,7 +239,7 @@ profile() {
      | {r: .type, t: ((.lastTransitionTime | fromdateiso8601) - $t0)}]
     | group_by(.r) | .[] | "\(.[0].r): \([.[].t] | sort | map(tostring) | join(" "))"' | tee "$dir/timeline.txt" >&2
   log "profiles in $dir (go tool pprof -top $dir/cpu.pprof)"
-  kill "$pf" 2>/dev/null || true
+  kill "$port_forward_pid" 2>/dev/null || true
   if [[ "${PROFILE_KEEP:-false}" == true ]]; then
     log "clusters left up (PROFILE_KEEP=true)"
     return
