@@ -463,8 +463,9 @@ func (c *chaos) waitClusterGone(ctx context.Context, bound time.Duration) error 
 // whyNotGone describes what holds the cluster's deletion: its
 // ContainerMachines and Machines that are still there, with the conditions
 // that say why; the manager's pods and the endpoints of its webhook, which
-// every write of a ContainerMachine (a finalizer's removal among them)
-// goes through; and the end of the leading manager's log.
+// the machines' writes go through (all but a deletion's finalizer removal:
+// hack/webhook-match-conditions.sh); and the end of the leading manager's
+// log.
 func (c *chaos) whyNotGone(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
