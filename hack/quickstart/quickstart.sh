@@ -521,8 +521,10 @@ down() {
   if ! $through; then
     # CAPCT's manager still runs there, and would make again what is
     # removed below: a Cluster waiting for its workers keeps its load
-    # balancer, and recreates it when it goes.
-    docker stop -t 10 "$mgmt_name" >/dev/null 2>&1 || true
+    # balancer, and recreates it when it goes. Only the container the
+    # quickstart labelled as this management cluster.
+    mapfile -t ids < <(docker ps -q --filter "label=$QS_LABEL=$mgmt_name")
+    ((${#ids[@]} == 0)) || docker stop -t 10 "${ids[@]}" >/dev/null 2>&1 || true
   fi
   mapfile -t ids < <(labelled_containers)
   if ((${#ids[@]} > 0)); then

@@ -125,6 +125,31 @@ func (e *env) tryAssign(s *lifecycle.MachineScope) (bool, error) {
 	return c != nil && (c.Status == metav1.ConditionTrue || c.Reason == infrav1.DisabledReason), nil
 }
 
+// withoutProviderID takes spec.providerID off s's machine at the API
+// server, as it is before the machine's reconcile writes it, and returns
+// the machine as the API server now holds it.
+func (e *env) withoutProviderID(s *lifecycle.MachineScope) *infrav1.ContainerMachine {
+	e.t.Helper()
+	live := s.ContainerMachine.DeepCopy()
+	live.Spec.ProviderID = ""
+	if err := e.mgmt.Update(e.ctx, live); err != nil {
+		e.t.Fatal(err)
+	}
+	return live
+}
+
+// assignWithoutBadRecords runs s's Initialization to done and fails the
+// test on any PodCIDRBadRecord event since the last read of the events.
+func (e *env) assignWithoutBadRecords(s *lifecycle.MachineScope) {
+	e.t.Helper()
+	if !e.assign(s) {
+		e.t.Fatalf("%s not done: %+v", s.ContainerMachine.Name, cond(s))
+	}
+	if evs := e.events(); countPrefix(evs, "Warning "+nodeipam.EventBadRecord) != 0 {
+		e.t.Fatalf("a machine's own Node was reported as a conflicting record: %v", evs)
+	}
+}
+
 func (e *env) annotation(name string) string {
 	e.t.Helper()
 	cm := &infrav1.ContainerMachine{}
@@ -220,11 +245,7 @@ func TestAssignRecordsAnnotationBeforeNodeThenStatus(t *testing.T) {
 func TestProviderIDIsRecordedWithTheCIDRs(t *testing.T) {
 	e := newEnv(t, []string{"10.244.0.0/16"}, infrav1.PodCIDRAllocation{})
 	first := e.machine("m1")
-	live := first.ContainerMachine.DeepCopy()
-	live.Spec.ProviderID = ""
-	if err := e.mgmt.Update(e.ctx, live); err != nil {
-		t.Fatal(err)
-	}
+	live := e.withoutProviderID(first)
 	first.ContainerMachine.ResourceVersion = live.ResourceVersion
 	if !e.assign(first) {
 		t.Fatalf("first machine not done: %+v", cond(first))
@@ -236,13 +257,7 @@ func TestProviderIDIsRecordedWithTheCIDRs(t *testing.T) {
 	if got.Spec.ProviderID != first.ProviderID() {
 		t.Fatalf("spec.providerID in the API = %q, want %q with the annotation", got.Spec.ProviderID, first.ProviderID())
 	}
-	second := e.machine("m2")
-	if !e.assign(second) {
-		t.Fatalf("second machine not done: %+v", cond(second))
-	}
-	if evs := e.events(); countPrefix(evs, "Warning "+nodeipam.EventBadRecord) != 0 {
-		t.Fatalf("a machine's own Node was reported as a conflicting record: %v", evs)
-	}
+	e.assignWithoutBadRecords(e.machine("m2"))
 }
 
 // TestANodeGivenCIDRsBeforeItsMachineHasAProviderIDIsOneClaim: a Node
@@ -255,25 +270,14 @@ func TestProviderIDIsRecordedWithTheCIDRs(t *testing.T) {
 func TestANodeGivenCIDRsBeforeItsMachineHasAProviderIDIsOneClaim(t *testing.T) {
 	e := newEnv(t, []string{"10.244.0.0/16"}, infrav1.PodCIDRAllocation{})
 	first := e.machine("m1")
-	live := first.ContainerMachine.DeepCopy()
-	live.Spec.ProviderID = ""
-	if err := e.mgmt.Update(e.ctx, live); err != nil {
-		t.Fatal(err)
-	}
-	first.ContainerMachine = live
+	first.ContainerMachine = e.withoutProviderID(first)
 	if !e.assign(first) {
 		t.Fatalf("first machine not done: %+v", cond(first))
 	}
 	if got := e.node(first.Node.Name).Spec.PodCIDRs; len(got) != 1 {
 		t.Fatalf("the first machine's Node holds pod CIDRs %v, want one", got)
 	}
-	second := e.machine("m2")
-	if !e.assign(second) {
-		t.Fatalf("second machine not done: %+v", cond(second))
-	}
-	if evs := e.events(); countPrefix(evs, "Warning "+nodeipam.EventBadRecord) != 0 {
-		t.Fatalf("a machine's own Node was reported as a conflicting record: %v", evs)
-	}
+	e.assignWithoutBadRecords(e.machine("m2"))
 	if a, b := e.annotation("m1"), e.annotation("m2"); a == b {
 		t.Fatalf("both machines recorded %s", a)
 	}
