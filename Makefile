@@ -90,16 +90,8 @@ verify: generate ## Fail when generated files are stale, code is not gofmt'd, go
 
 .PHONY: test
 test: ## Run every test: unit, envtest, Docker, fuzz, the node images, the whole quickstart, an engine restart, a scale-out on real nodes, the manager killed 20 times under a scale-out and a deletion, Cluster API's QuickStart, MachinePool and upgrade e2e specs, a cluster on Podman, and a second engine over TCP+TLS (sets up Docker, Podman and envtest itself)
-	$(MAKE) verify
-	$(MAKE) test-go
-	$(MAKE) test-fuzz
-	$(MAKE) test-node-image
-	$(MAKE) test-quickstart
-	$(MAKE) test-restart
-	$(MAKE) test-scale-out
-	$(MAKE) test-e2e-subset
-	$(MAKE) test-podman
-	$(MAKE) test-multihost
+	MAKE="$(MAKE)" hack/make-each.sh verify test-go test-fuzz test-node-image test-quickstart test-restart \
+		test-scale-out test-e2e-subset test-podman test-multihost
 
 .PHONY: test-go
 test-go: ## Run the Go tests, with the race detector, against a real API server and Docker engine
