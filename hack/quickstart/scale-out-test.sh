@@ -238,6 +238,7 @@ profile() {
      | select(.status == "True" and (.type | IN("Launched", "Bootstrapped", "Registered", "PodCIDRAllocated", "Initialized")))
      | {r: .type, t: ((.lastTransitionTime | fromdateiso8601) - $t0)}]
     | group_by(.r) | .[] | "\(.[0].r): \([.[].t] | sort | map(tostring) | join(" "))"' | tee "$dir/timeline.txt" >&2
+  node_timeline "$t0" | tee "$dir/nodes.txt" >&2
   log "profiles in $dir (go tool pprof -top $dir/cpu.pprof)"
   kill "$port_forward_pid" 2>/dev/null || true
   if [[ "${PROFILE_KEEP:-false}" == true ]]; then
@@ -246,6 +247,45 @@ profile() {
   fi
   scale_in
   down
+}
+
+# node_timeline T0: where each pool node's time went, in seconds from T0
+# (the scale), read from the engine and inside each node, and the median of
+# each column: the container created and started, containerd active, the
+# bootstrap attempt claimed, the kubelet's last start (kubeadm join's), the
+# Node created, the CNI configuration written, the attempt's exit mark, the
+# Node Ready. The conditions' times above say when CAPCT saw each step;
+# these say when it happened.
+node_timeline() {
+  local t0=$1 nodes name rows=()
+  nodes=$(kwl get nodes -o json)
+  for name in $(jq -r --arg p "$pool-" '.items[].metadata.name | select(startswith($p))' <<<"$nodes"); do
+    # Inside the node: its clock now, the boot time of the host's monotonic
+    # clock (systemd's Monotonic timestamps count from it) and the marks'
+    # modification times.
+    rows+=("$(jq -c -n --arg n "$name" --argjson t0 "$t0" \
+      --argjson node "$(jq -c --arg n "$name" '.items[] | select(.metadata.name == $n)' <<<"$nodes")" \
+      --argjson c "$(docker inspect "$name" | jq -c '.[0] | {created: .Created, started: .State.StartedAt}')" \
+      --argjson in "$(docker exec "$name" sh -c '
+        a=/var/lib/capct/bootstrap/attempts/1
+        mtime() { stat -c %.9Y "$1" 2>/dev/null || echo null; }
+        boot=$(awk -v now="$(date +%s.%N)" "{ printf \"%.6f\", now - \$1 }" /proc/uptime)
+        mono() { systemctl show -p "$2" --value "$1" 2>/dev/null | awk -v b="$boot" "\$1 > 0 { printf \"%.6f\", b + \$1 / 1e6; ok = 1 } END { if (!ok) print \"null\" }"; }
+        echo "{\"containerd\": $(mono containerd ActiveEnterTimestampMonotonic), \"kubelet\": $(mono kubelet ExecMainStartTimestampMonotonic), \"claimed\": $(mtime $a/started), \"exited\": $(mtime $a/exit), \"cni\": $(mtime /etc/cni/net.d/10-capct.conflist)}"')" '
+      def rel: if . == null then null else . - $t0 | . * 10 | round / 10 end;
+      def ts: sub("\\.[0-9]+Z$"; "Z") | fromdateiso8601;
+      {node: $n, created: ($c.created | ts | rel), started: ($c.started | ts | rel),
+       containerd: ($in.containerd | rel), claimed: ($in.claimed | rel), kubelet: ($in.kubelet | rel),
+       registered: ($node.metadata.creationTimestamp | fromdateiso8601 | rel), cni: ($in.cni | rel),
+       exited: ($in.exited | rel),
+       ready: ([$node.status.conditions[] | select(.type == "Ready" and .status == "True") | .lastTransitionTime | fromdateiso8601 | rel] | first)}')")
+  done
+  printf '%s\n' "${rows[@]}" | jq -r -s '
+    def cols: ["created", "started", "containerd", "claimed", "kubelet", "registered", "cni", "exited", "ready"];
+    def median: map(select(. != null)) | sort | if length == 0 then "-" else .[length / 2 | floor] end;
+    (["node"] + cols | join("\t")),
+    (sort_by(.ready)[] | [.node] + [.[cols[]] | tostring] | join("\t")),
+    (. as $r | ["median"] + [cols[] as $k | $r | map(.[$k]) | median | tostring] | join("\t"))' | column -t
 }
 
 capacity() {
