@@ -262,12 +262,14 @@ node_timeline() {
   for name in $(jq -r --arg p "$pool-" '.items[].metadata.name | select(startswith($p))' <<<"$nodes"); do
     # Inside the node: its clock now, the boot time of the host's monotonic
     # clock (systemd's Monotonic timestamps count from it) and the marks'
-    # modification times.
+    # modification times, those of the latest attempt. The paths are
+    # provisioning.RunDir's and podnetwork.CNIConfigPath.
     rows+=("$(jq -c -n --arg n "$name" --argjson t0 "$t0" \
       --argjson node "$(jq -c --arg n "$name" '.items[] | select(.metadata.name == $n)' <<<"$nodes")" \
       --argjson c "$(docker inspect "$name" | jq -c '.[0] | {created: .Created, started: .State.StartedAt}')" \
       --argjson in "$(docker exec "$name" sh -c '
-        a=/var/lib/capct/bootstrap/attempts/1
+        d=/var/lib/capct/bootstrap
+        a=$d/attempts/$(cat $d/attempt 2>/dev/null || echo 1)
         mtime() { stat -c %.9Y "$1" 2>/dev/null || echo null; }
         boot=$(awk -v now="$(date +%s.%N)" "{ printf \"%.6f\", now - \$1 }" /proc/uptime)
         mono() { systemctl show -p "$2" --value "$1" 2>/dev/null | awk -v b="$boot" "\$1 > 0 { printf \"%.6f\", b + \$1 / 1e6; ok = 1 } END { if (!ok) print \"null\" }"; }

@@ -4,16 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/client"
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
-	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 )
 
 // TestAnOverlayWithoutSubnetsYetIsTransient: the swarm fills a new
@@ -26,11 +23,7 @@ func TestAnOverlayWithoutSubnetsYetIsTransient(t *testing.T) {
 	owner := container.Owner{Namespace: "ns", Cluster: "c1", ClusterID: "id-1"}
 	const name = "capct-c1"
 	var inspects atomic.Int32
-	engine := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/_ping") {
-			w.Header().Set("API-Version", "1.47")
-			return
-		}
+	rt := runtimeOnFakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/networks/"+name) {
 			http.Error(w, "unexpected "+r.Method+" "+r.URL.Path, http.StatusNotImplemented)
 			return
@@ -42,12 +35,6 @@ func TestAnOverlayWithoutSubnetsYetIsTransient(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(n)
 	})
-	s := httptest.NewServer(engine)
-	t.Cleanup(s.Close)
-	rt, err := docker.New(docker.WithClientOpts(client.WithHost("tcp://"+s.Listener.Addr().String()), client.WithVersion("1.47")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	spec := container.NetworkSpec{Name: name, Owner: owner, Overlay: true}
 
 	n, err := rt.EnsureNetwork(context.Background(), spec)

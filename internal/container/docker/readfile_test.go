@@ -7,17 +7,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	dcontainer "github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
 
 	"github.com/capct/cluster-api-provider-container/internal/container"
-	"github.com/capct/cluster-api-provider-container/internal/container/docker"
 )
 
 // TestReadFileTarsOnlyWhatIsThere: the engine runs a process for every
@@ -36,11 +33,9 @@ func TestReadFileTarsOnlyWhatIsThere(t *testing.T) {
 		"/var/big":      {Name: "big", Size: container.MaxFileSize + 1, Mode: 0o644},
 	}
 	var gets atomic.Int32
-	engine := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	rt := runtimeOnFakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
 		path := r.URL.Query().Get("path")
 		switch {
-		case strings.HasSuffix(r.URL.Path, "/_ping"):
-			w.Header().Set("API-Version", "1.47")
 		case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/containers/"+name+"/json"):
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(dcontainer.InspectResponse{
@@ -70,12 +65,6 @@ func TestReadFileTarsOnlyWhatIsThere(t *testing.T) {
 			http.Error(w, "unexpected "+r.Method+" "+r.URL.String(), http.StatusNotImplemented)
 		}
 	})
-	s := httptest.NewServer(engine)
-	t.Cleanup(s.Close)
-	rt, err := docker.New(docker.WithClientOpts(client.WithHost("tcp://"+s.Listener.Addr().String()), client.WithVersion("1.47")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 
 	for _, c := range []struct {
